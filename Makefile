@@ -1,0 +1,48 @@
+# cronops: `make demo` and `make test` do all the set-up on a machine with Python 3.11+.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO := OPS_VAR_DIR=var/demo OPS_CRONTAB_DIR=crontab.d
+.PHONY: demo test lint bench faults clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	rm -rf var/demo
+	$(DEMO) $(PY) manage.py migrate -v0
+	$(DEMO) $(PY) manage.py seed_demo
+	@echo "--- 1. first run of today's slot: charges every subscription once"
+	$(DEMO) $(PY) manage.py run_job charge_daily
+	@echo "--- 2. the same slot again: a no-op, exit 0"
+	$(DEMO) $(PY) manage.py run_job charge_daily
+	@echo "--- 3. --force re-runs the slot; the command itself charges nobody twice"
+	$(DEMO) $(PY) manage.py run_job --force charge_daily
+	@echo "--- 4. a past logical date, by hand"
+	$(DEMO) $(PY) manage.py run_job --logical-date=2026-01-15 charge_daily
+	@echo "--- 5. the lock: a second run while the first holds it exits 75"
+	$(DEMO) $(PY) manage.py run_job sleep_demo --seconds=3 & sleep 1.5; \
+	  $(DEMO) $(PY) manage.py run_job sleep_demo --seconds=3; echo "exit code $$?"; wait
+	@echo "--- 6. the history"
+	$(DEMO) $(PY) manage.py job_history
+
+test: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) var/demo

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class OpsConfig(AppConfig):
+    name = "ops"
+    verbose_name = "cron operations"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from . import checks  # noqa: F401  (registers the system checks)

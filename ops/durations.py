@@ -1,0 +1,23 @@
+"""Durations as operators write them: 90s, 30m, 2h, 7d (a bare number is seconds)."""
+
+import re
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `text`; ValueError naming the accepted forms otherwise."""
+    match = _DURATION.match(text.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(
+            f"bad duration {text!r}: use a positive number with s, m, h or d (90s, 30m, 2h)"
+        )
+    return float(match.group(1)) * UNITS[match.group(2) or "s"]
+
+
+def format_duration(seconds: float) -> str:
+    for unit in ("d", "h", "m"):
+        if seconds >= UNITS[unit] and seconds % UNITS[unit] == 0:
+            return f"{int(seconds // UNITS[unit])}{unit}"
+    return f"{seconds:g}s"

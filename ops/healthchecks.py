@@ -1,0 +1,153 @@
+"""healthchecks.io pings: start in the background, a final ping within a bounded budget.
+
+Monitoring never blocks or fails a job: every request has a timeout, retries stop at a deadline,
+and nothing here raises. URLs carry the project's ping key, so they are never printed: messages
+name the job and the kind of ping only.
+"""
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+log = logging.getLogger("ops.healthchecks")
+
+RETRY_STATUSES = {408, 429, 500, 502, 503, 504}
+ATTEMPTS = 3
+BACKOFF = (1.0, 2.0)
+ATTEMPT_TIMEOUT = 5.0
+DEFAULT_BODY_LIMIT = 10_000  # self-hosted default; the server's own header wins
+
+
+@dataclass(frozen=True)
+class PingConfig:
+    base_url: str
+    ping_key: str = ""
+    auto_create: bool = False
+    budget: float = 10.0
+
+    @classmethod
+    def from_settings(cls):
+        from django.conf import settings
+
+        return cls(
+            base_url=settings.HEALTHCHECKS_PING_URL,
+            ping_key=settings.HEALTHCHECKS_PING_KEY,
+            auto_create=settings.HEALTHCHECKS_AUTO_CREATE,
+            budget=settings.OPS_PING_BUDGET_SECONDS,
+        )
+
+
+def check_url(config: PingConfig, job: str, override: str | None = None) -> tuple[str, str]:
+    """(url, query) for a job's check; url is "" when pings are not configured."""
+    base = config.base_url if config.base_url.endswith("/") else config.base_url + "/"
+    if override:
+        if override.startswith(("http://", "https://")):
+            return override.rstrip("/"), ""
+        return base + override, ""
+    if not config.ping_key:
+        return "", ""
+    return f"{base}{config.ping_key}/{job}", "create=1" if config.auto_create else ""
+
+
+class Pinger:
+    """The pings of one run (one `rid`)."""
+
+    def __init__(
+        self, config: PingConfig, job: str, override: str | None = None, enabled: bool = True
+    ):
+        self.config = config
+        self.job = job
+        self.url, self.query = check_url(config, job, override) if enabled else ("", "")
+        self.rid = str(uuid.uuid4())
+        self.body_limit: int | None = None
+        self._start_thread: threading.Thread | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.url)
+
+    def start(self) -> None:
+        """Send /start in a daemon thread: the job never waits for it."""
+        if not self.enabled:
+            return
+        deadline = time.monotonic() + self.config.budget
+        self._start_thread = threading.Thread(
+            target=self._send,
+            args=("start", "/start", b"", deadline),
+            daemon=True,
+            name="cronops-start-ping",
+        )
+        self._start_thread.start()
+
+    def finish(self, exit_code: int | None, body: bytes, *, kind: str | None = None) -> bool:
+        """The final ping: success (0), /<exit code>, or /fail (kind="fail")."""
+        if not self.enabled:
+            return False
+        deadline = time.monotonic() + self.config.budget
+        if self._start_thread is not None:
+            # Keep order (start before the end) but leave half the budget to the final ping.
+            self._start_thread.join(max(0.0, self.config.budget / 2))
+        if kind == "fail":
+            suffix = "/fail"
+        else:
+            suffix = "" if exit_code == 0 else f"/{exit_code}"
+        return self._send(
+            kind or ("success" if exit_code == 0 else "failure"), suffix, self._cut(body), deadline
+        )
+
+    def log(self, message: str) -> bool:
+        if not self.enabled:
+            return False
+        deadline = time.monotonic() + self.config.budget
+        return self._send("log", "/log", message.encode(), deadline)
+
+    def _cut(self, body: bytes) -> bytes:
+        limit = self.body_limit or DEFAULT_BODY_LIMIT
+        return body[-limit:] if len(body) > limit else body
+
+    def _send(self, kind: str, suffix: str, body: bytes, deadline: float) -> bool:
+        try:
+            import requests  # deferred: most of its import cost lands off the job's start
+        except ImportError:  # pragma: no cover
+            log.warning("job %s: %s ping not sent: requests is not installed", self.job, kind)
+            return False
+        query = f"rid={self.rid}" + (f"&{self.query}" if self.query else "")
+        url = f"{self.url}{suffix}?{query}"
+        reason = ""
+        for attempt in range(ATTEMPTS):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0.05:
+                break
+            try:
+                response = requests.post(
+                    url,
+                    data=body,
+                    timeout=min(ATTEMPT_TIMEOUT, remaining),
+                    headers={"User-Agent": "cronops"},
+                )
+            except requests.RequestException as exc:
+                # The exception's text contains the URL (and so the key): name its class only.
+                reason = type(exc).__name__
+            else:
+                limit = response.headers.get("Ping-Body-Limit", "")
+                if limit.isdigit():
+                    self.body_limit = int(limit)
+                if response.status_code in (200, 201):
+                    text = response.text.strip()[:60]
+                    if text not in ("OK", "Created"):
+                        log.warning("job %s: %s ping answered %r", self.job, kind, text)
+                    return True
+                reason = f"HTTP {response.status_code}"
+                if response.status_code not in RETRY_STATUSES:
+                    break
+            if attempt < len(BACKOFF):
+                time.sleep(max(0.0, min(BACKOFF[attempt], deadline - time.monotonic() - 0.05)))
+        log.warning(
+            "job %s: %s ping failed (%s); the job's outcome is unchanged",
+            self.job,
+            kind,
+            reason or "no time left in the ping budget",
+        )
+        return False

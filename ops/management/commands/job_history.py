@@ -1,0 +1,31 @@
+from django.core.management.base import BaseCommand
+from django.utils import timezone
+
+from ops.models import JobRun
+
+
+class Command(BaseCommand):
+    help = "Print the most recent runs (the run history), newest first."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--job", help="only this job")
+        parser.add_argument("--limit", type=int, default=20)
+
+    def handle(self, *args, job=None, limit=20, **options):
+        runs = JobRun.objects.all()
+        if job:
+            runs = runs.filter(job=job)
+        rows = list(runs[:limit])
+        self.stdout.write(
+            f"{'started':<19}  {'job':<16} {'slot':<16} {'outcome':<10} "
+            f"{'exit':>4} {'secs':>6}  note"
+        )
+        for run in rows:
+            started = timezone.localtime(run.started_at).strftime("%Y-%m-%d %H:%M:%S")
+            exit_code = "" if run.exit_code is None else run.exit_code
+            secs = "" if run.duration is None else f"{run.duration:.2f}"
+            self.stdout.write(
+                f"{started:<19}  {run.job:<16} {run.slot:<16} {run.outcome:<10} "
+                f"{exit_code!s:>4} {secs:>6}  {run.note}"
+            )
+        self.stdout.write(f"{len(rows)} runs shown")

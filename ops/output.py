@@ -1,0 +1,136 @@
+"""Pass a job's output through while keeping a bounded tail of it.
+
+The job runs in-process, so its stdout and stderr are file descriptors 1 and 2 (and whatever
+child processes it starts inherit them). Both are redirected into pipes; a reader thread per
+stream copies the bytes to the original descriptor and into a ring buffer. Memory stays bounded
+whatever the job prints. With `quiet`, output is spooled to a temporary file (disk, not memory)
+and printed only when the job fails, like `chronic`.
+"""
+
+import os
+import sys
+import tempfile
+import threading
+
+CHUNK = 65536
+
+
+class Tail:
+    """The last `limit` bytes written, and how many bytes were written in all."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.total = 0
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            self.total += len(data)
+            self._buf += data
+            if len(self._buf) > 2 * self.limit:
+                del self._buf[: len(self._buf) - self.limit]
+
+    def bytes(self, limit: int | None = None) -> bytes:
+        limit = self.limit if limit is None else min(limit, self.limit)
+        with self._lock:
+            data = bytes(self._buf[-limit:]) if limit else b""
+        return data
+
+    def text(self, limit: int | None = None) -> str:
+        data = self.bytes(limit)
+        cut = self.total > len(data)
+        text = data.decode("utf-8", errors="replace")
+        if cut:
+            text = text[1:] if text.startswith("\ufffd") else text
+            return f"[cronops] output truncated, last {len(data)} of {self.total} bytes\n{text}"
+        return text
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except OSError:
+            return  # the reader of our output went away; the job must not fail for it
+        view = view[written:]
+
+
+class CapturedOutput:
+    """Context manager: fds 1 and 2 go through pipes into `tail` (and through, unless quiet)."""
+
+    def __init__(self, tail: Tail, quiet: bool = False):
+        self.tail = tail
+        self.quiet = quiet
+        self._spool = tempfile.TemporaryFile() if quiet else None
+        self._spool_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._saved: dict[int, int] = {}
+
+    def __enter__(self):
+        _flush()
+        for fd in (1, 2):
+            read_end, write_end = os.pipe()
+            self._saved[fd] = os.dup(fd)
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            thread = threading.Thread(
+                target=self._pump,
+                args=(read_end, self._saved[fd]),
+                daemon=True,
+                name=f"cronops-output-{fd}",
+            )
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def _pump(self, read_end: int, original: int) -> None:
+        try:
+            while chunk := os.read(read_end, CHUNK):
+                self.tail.write(chunk)
+                if self._spool is not None:
+                    with self._spool_lock:
+                        self._spool.write(chunk)
+                else:
+                    _write_all(original, chunk)
+        finally:
+            os.close(read_end)
+
+    def __exit__(self, *exc):
+        self.restore()
+        return False
+
+    def restore(self, join_timeout: float = 2.0) -> None:
+        if not self._saved:
+            return
+        _flush()
+        for fd, saved in self._saved.items():
+            os.dup2(saved, fd)  # drops our pipe's write end: its reader sees EOF
+        # A background child that still holds the pipe must not hold the runner up.
+        for thread in self._threads:
+            thread.join(join_timeout)
+        for saved in self._saved.values():
+            os.close(saved)
+        self._saved = {}
+
+    def replay(self) -> None:
+        """Print the spooled output (quiet mode, on failure)."""
+        if self._spool is None:
+            return
+        with self._spool_lock:
+            self._spool.seek(0)
+            while chunk := self._spool.read(CHUNK):
+                _write_all(1, chunk)
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass

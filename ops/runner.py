@@ -1,0 +1,407 @@
+"""run_job: one job run, in order: lock, claim, start ping, command, record, final ping.
+
+`run(argv)` is what `manage.py run_job` calls; it returns the exit code (DESIGN.md's table).
+"""
+
+import datetime as dt
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.core.management import get_commands, load_command_class
+from django.core.management.base import CommandError
+from django.db import DatabaseError, close_old_connections, connection
+from django.utils import timezone
+
+from . import claims
+from .crontabd import CrontabError, Job, load_schedule
+from .healthchecks import PingConfig, Pinger
+from .lock import JobLock, LockError
+from .models import JobRun, Outcome
+from .options import OptionsError, RunOptions, merge, parse_run_args
+from .output import CapturedOutput, Tail
+from .slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
+
+EXIT_SKIPPED = 75
+EXIT_TIMEOUT = 124
+EXIT_USAGE = 2
+TAIL_BYTES = 100_000  # hosted healthchecks keeps 100,000 bytes of a ping body
+HISTORY_TAIL_BYTES = 10_000
+STALE_HEARTBEATS = 3  # a claim is dead after this many missed heartbeats
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: exit 2, no ping, nothing recorded."""
+
+
+class JobInterrupted(BaseException):
+    def __init__(self, outcome: str, exit_code: int, note: str):
+        super().__init__(note)
+        self.outcome, self.exit_code, self.note = outcome, exit_code, note
+
+
+@dataclass
+class Plan:
+    """What to run: the resolved options, the declared job (if any) and its slots."""
+
+    options: RunOptions
+    job: Job | None
+    slots: list[Slot | None] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.options.job_name
+
+
+def say(message: str, stream=None) -> None:
+    stream = stream or sys.stdout
+    stream.write(f"cronops: {message}\n")
+    stream.flush()
+
+
+def resolve(argv: list[str]) -> RunOptions | Job:
+    try:
+        cli = parse_run_args(argv)
+    except OptionsError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        schedule = load_schedule()
+    except CrontabError as exc:
+        raise UsageError(f"{exc} (run_job reads crontab.d for the job's schedule)") from None
+    job = schedule.get(cli.job_name)
+    if job is not None and job.options.command != cli.command and cli.command != job.name:
+        raise UsageError(
+            f"job {job.name!r} is declared at {job.path}:{job.lineno} with command "
+            f"{job.options.command!r}, not {cli.command!r}"
+        )
+    if job is None and cli.command not in get_commands():
+        raise UsageError(
+            f"unknown command {cli.command!r}: not a management command and not a job in crontab.d"
+        )
+    if job is not None:
+        options = merge(job.options, cli)
+        options.name = job.name if job.name != job.options.command else options.name
+        return Plan(options=options, job=job)
+    return Plan(options=cli, job=None)
+
+
+def plan_slots(plan: Plan, now: dt.datetime, tz: ZoneInfo) -> list[Slot | None]:
+    opts, expr = plan.options, plan.job.cron_expr if plan.job else None
+    if opts.logical_date is not None:
+        if expr is None:
+            return [date_slot(opts.logical_date)]
+        try:
+            return [slot_on_date(expr, opts.logical_date, tz)]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if expr is None:
+        return [None]  # unscheduled: lock, history and pings, but no slot gate
+    slot = current_slot(expr, now, tz)
+    slots: list[Slot | None] = [slot]
+    if opts.catch_up:
+        floor = claims.first_slot_key(plan.name)
+        if floor is not None:
+            earlier = [s for s in previous_slots(expr, slot, opts.catch_up, tz) if s.key >= floor]
+            done = claims.succeeded_keys(plan.name, [s.key for s in earlier])
+            slots = [s for s in earlier if s.key not in done] + slots
+    return slots
+
+
+def accepts_logical_date(command: str) -> bool:
+    app = get_commands()[command]
+    cmd = app if not isinstance(app, str) else load_command_class(app, command)
+    parser = cmd.create_parser("manage.py", command)
+    return any("--logical-date" in a.option_strings for a in parser._actions)
+
+
+def command_line(plan: Plan, slot: Slot | None) -> list[str]:
+    args = list(plan.options.args)
+    if (
+        slot is not None
+        and not any(a.startswith("--logical-date") for a in args)
+        and accepts_logical_date(plan.options.command)
+    ):
+        args.append(f"--logical-date={slot.logical_date.isoformat()}")
+    return args
+
+
+def execute(command: str, args: list[str]) -> int:
+    """Run a management command in this process; its exit code as a shell would see it."""
+    from django.core.management import call_command
+
+    try:
+        call_command(command, *args)
+    except CommandError as exc:
+        sys.stderr.write(f"CommandError: {exc}\n")
+        return exc.returncode or 1
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        sys.stderr.write(f"{exc.code}\n")
+        return 1
+    except JobInterrupted:
+        raise
+    except Exception:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+class Watch:
+    """Turns --timeout, SIGTERM and SIGINT into JobInterrupted in the main thread."""
+
+    def __init__(self, timeout: float | None):
+        self.timeout = timeout
+        self._previous = {}
+
+    def _on_signal(self, signum, frame):
+        if signum == signal.SIGALRM:
+            raise JobInterrupted(
+                Outcome.TIMED_OUT, EXIT_TIMEOUT, f"timed out after {self.timeout:g}s"
+            )
+        name = signal.Signals(signum).name
+        raise JobInterrupted(Outcome.TERMINATED, 128 + signum, f"terminated by {name}")
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        if self.timeout:
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        return self
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
+class Heartbeat:
+    """Refreshes the claim's heartbeat from a thread, so another host can tell we are alive."""
+
+    def __init__(self, run: JobRun, interval: float):
+        self.run, self.interval = run, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="cronops-heartbeat")
+
+    def _beat(self):
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    claims.heartbeat(self.run, timezone.now())
+                except DatabaseError as exc:
+                    say(f"job {self.run.job}: heartbeat failed: {_one_line(exc)}", sys.stderr)
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        if self.run.slot:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class Runner:
+    def __init__(self, plan: Plan, *, stdout=None, stderr=None):
+        self.plan = plan
+        self.opts = plan.options
+        self.host = settings.OPS_HOST
+        self.pid = os.getpid()
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+        self.ping_config = PingConfig.from_settings()
+
+    def pinger(self) -> Pinger:
+        return Pinger(
+            self.ping_config, self.plan.name, override=self.opts.ping, enabled=not self.opts.no_ping
+        )
+
+    def skip(self, slot: Slot | None, note: str, exit_code: int) -> int:
+        now = timezone.now()
+        claims.new_run(
+            self.plan.name,
+            slot,
+            host=self.host,
+            pid=self.pid,
+            now=now,
+            command=self.opts.command,
+            outcome=Outcome.SKIPPED,
+            note=note,
+            exit_code=exit_code,
+            finished_at=now,
+            duration=0.0,
+        )
+        if exit_code or not self.opts.quiet:
+            say(f"job {self.plan.name}: {note}", self.stdout)
+        self.pinger().log(note)
+        return exit_code
+
+    def run(self) -> int:
+        now = timezone.now()
+        lock = JobLock(
+            settings.OPS_LOCK_DIR,
+            self.plan.name,
+            host=self.host,
+            since=timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S %Z"),
+        )
+        if not lock.acquire(self.opts.wait):
+            holder = lock.holder()
+            return self.skip(None, f"skipped: {holder.describe()}", EXIT_SKIPPED)
+        try:
+            tz = ZoneInfo(settings.TIME_ZONE)
+            slots = plan_slots(self.plan, now, tz)
+            exit_code = 0
+            for slot in slots:
+                code = self.run_slot(slot)
+                if code and not exit_code:
+                    exit_code = code  # the first failure's code, also when a later slot succeeds
+                if code in (EXIT_TIMEOUT,) or code > 128:
+                    break
+            return exit_code
+        finally:
+            lock.release()
+
+    def run_slot(self, slot: Slot | None) -> int:
+        name, now = self.plan.name, timezone.now()
+        if slot is not None:
+            result = claims.claim(
+                name,
+                slot,
+                host=self.host,
+                pid=self.pid,
+                now=now,
+                force=bool(self.opts.force),
+                stale_after=STALE_HEARTBEATS * settings.OPS_HEARTBEAT_SECONDS,
+                command=self.opts.command,
+            )
+            if result.status == "done":
+                return self.skip(slot, f"already done for {slot}", 0)
+            if result.status == "busy":
+                holder = result.holder
+                since = timezone.localtime(holder.started_at).strftime("%Y-%m-%d %H:%M:%S %Z")
+                return self.skip(
+                    slot,
+                    f"skipped: running since {since}, pid {holder.pid}, host {holder.host}",
+                    EXIT_SKIPPED,
+                )
+            if result.abandoned is not None:
+                say(
+                    f"job {name}: recorded the dead attempt #{result.abandoned.pk} for {slot} as "
+                    "abandoned",
+                    self.stderr,
+                )
+            run = result.run
+        else:
+            run = claims.new_run(
+                name, None, host=self.host, pid=self.pid, now=now, command=self.opts.command
+            )
+        return self.execute_run(run, slot)
+
+    def execute_run(self, run: JobRun, slot: Slot | None) -> int:
+        pinger = self.pinger()
+        run.rid = pinger.rid
+        args = command_line(self.plan, slot)
+        run.command = " ".join([self.opts.command, *args])[:500]
+        pinger.start()
+        tail = Tail(TAIL_BYTES)
+        captured = CapturedOutput(tail, quiet=bool(self.opts.quiet))
+        started = time.monotonic()
+        outcome, note = Outcome.SUCCEEDED, ""
+        try:
+            with Heartbeat(run, settings.OPS_HEARTBEAT_SECONDS), Watch(self.opts.timeout):
+                with captured:
+                    try:
+                        exit_code = execute(self.opts.command, args)
+                    except JobInterrupted as interrupted:
+                        captured.restore()
+                        outcome, exit_code, note = (
+                            interrupted.outcome,
+                            interrupted.exit_code,
+                            interrupted.note,
+                        )
+        except JobInterrupted as late:  # a signal between the command's end and our cleanup
+            captured.restore()
+            outcome, exit_code, note = late.outcome, late.exit_code, late.note
+        duration = time.monotonic() - started
+        if outcome == Outcome.SUCCEEDED and exit_code != 0:
+            outcome = Outcome.FAILED
+        if exit_code and self.opts.quiet:
+            captured.replay()
+        captured.close()
+        if note:
+            say(f"job {self.plan.name}: {note}", self.stderr)
+        self.record(run, outcome, exit_code, duration, note, tail)
+        body = b"" if self.opts.no_output_in_ping else tail.text().encode()
+        if note:
+            body = f"cronops: {note}\n".encode() + body
+        pinger.finish(
+            exit_code,
+            body,
+            kind="fail" if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED) else None,
+        )
+        return exit_code
+
+    def record(self, run, outcome, exit_code, duration, note, tail: Tail) -> None:
+        run.outcome, run.exit_code, run.note = outcome, exit_code, note[:300]
+        run.finished_at = timezone.now()
+        run.duration = duration
+        run.output_tail = tail.text(HISTORY_TAIL_BYTES)
+        try:
+            close_old_connections()
+            run.save()
+            if run.slot:
+                claims.release(run)
+        except DatabaseError as exc:
+            say(
+                f"job {self.plan.name}: could not record the outcome ({outcome}, exit "
+                f"{exit_code}): {_one_line(exc)}",
+                self.stderr,
+            )
+
+
+def run(argv: list[str], *, stdout=None, stderr=None) -> int:
+    """Run `argv` (run_job's arguments) and return the exit code."""
+    stderr = stderr or sys.stderr
+    try:
+        plan = resolve(argv)
+        runner = Runner(plan, stdout=stdout, stderr=stderr)
+        return runner.run()
+    except UsageError as exc:
+        say(f"error: {exc}", stderr)
+        return EXIT_USAGE
+    except LockError as exc:
+        say(f"error: {exc}", stderr)
+        return EXIT_USAGE
+    except DatabaseError as exc:
+        say(f"error: database unavailable: {_one_line(exc)}", stderr)
+        _fail_ping(argv, f"database unavailable: {_one_line(exc)}")
+        return 1
+
+
+def _fail_ping(argv: list[str], message: str) -> None:
+    try:
+        opts = parse_run_args(argv)
+    except OptionsError:
+        return
+    pinger = Pinger(
+        PingConfig.from_settings(), opts.job_name, override=opts.ping, enabled=not opts.no_ping
+    )
+    pinger.finish(None, f"cronops: {message}\n".encode(), kind="fail")

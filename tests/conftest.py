@@ -1,0 +1,249 @@
+"""Shared fixtures: a deployed copy of the project run as real processes, on SQLite and PostgreSQL.
+
+`project` copies manage.py and the apps into a temporary directory with its own `.env`,
+database, lock and log directories, so each test runs `manage.py run_job` exactly as cron
+would, against a database migrated once per session.
+"""
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PG_URL = os.environ.get("CRONOPS_TEST_PG_URL", "")
+REQUIRE_ALL = bool(os.environ.get("CRONOPS_REQUIRE_ALL"))
+PING_KEY = "pk-" + "s3cr3t" * 4  # looks like a real key; tests assert it never leaks
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip when a real service is missing on a developer machine; fail in CI."""
+    if condition:
+        return
+    if REQUIRE_ALL:
+        pytest.fail(f"required in CI: {reason}")
+    pytest.skip(reason)
+
+
+def copy_tree(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("config", "ops", "commands"):
+        shutil.copytree(REPO / name, dest / name, ignore=ignore)
+    shutil.copy2(REPO / "manage.py", dest / "manage.py")
+    (dest / "crontab.d").mkdir()
+    return dest
+
+
+def _manage(directory: Path, env: dict, *args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def base_env(**extra) -> dict:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/root"),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+class Database:
+    """One test's database: a fresh copy of a migrated template."""
+
+    def __init__(self, backend: str, url: str):
+        self.backend, self.url = backend, url
+
+    def query(self, sql: str, params=()):
+        if self.backend == "sqlite":
+            con = sqlite3.connect(self.url.removeprefix("sqlite:///"), timeout=30)
+            try:
+                return con.execute(sql, params).fetchall()
+            finally:
+                con.close()
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as con:
+            return con.execute(sql.replace("?", "%s"), params).fetchall()
+
+    def execute(self, sql: str, params=()):
+        if self.backend == "sqlite":
+            con = sqlite3.connect(self.url.removeprefix("sqlite:///"), timeout=30)
+            try:
+                con.execute(sql, params)
+                con.commit()
+            finally:
+                con.close()
+            return
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as con:
+            con.execute(sql.replace("?", "%s"), params)
+
+    def runs(self, job: str | None = None):
+        """[(job, slot, logical_date, outcome, exit_code, note)] oldest first."""
+        sql = (
+            "SELECT job, slot, logical_date, outcome, exit_code, note FROM ops_jobrun"
+            + (" WHERE job = ?" if job else "")
+            + " ORDER BY id"
+        )
+        return [
+            tuple(str(v) if v is not None and i == 2 else v for i, v in enumerate(row))
+            for row in self.query(sql, (job,) if job else ())
+        ]
+
+
+@pytest.fixture(scope="session")
+def migrated_templates(tmp_path_factory):
+    """Migrate once per session: a SQLite file and (when available) a PostgreSQL template."""
+    root = tmp_path_factory.mktemp("template")
+    tree = copy_tree(root / "project")
+    sqlite_file = root / "template.sqlite3"
+    result = _manage(tree, base_env(DATABASE_URL=f"sqlite:///{sqlite_file}"), "migrate", "-v0")
+    assert result.returncode == 0, result.stderr
+    templates = {"sqlite": sqlite_file}
+    if PG_URL:
+        import psycopg
+
+        name = f"cronops_tmpl_{os.getpid()}"
+        with psycopg.connect(PG_URL, autocommit=True) as con:
+            con.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            con.execute(f'CREATE DATABASE "{name}"')
+        url = PG_URL.rsplit("/", 1)[0] + "/" + name
+        result = _manage(tree, base_env(DATABASE_URL=url), "migrate", "-v0")
+        assert result.returncode == 0, result.stderr
+        templates["pg"] = name
+    yield templates
+    if "pg" in templates:
+        import psycopg
+
+        with psycopg.connect(PG_URL, autocommit=True) as con:
+            con.execute(f'DROP DATABASE IF EXISTS "{templates["pg"]}" WITH (FORCE)')
+
+
+def make_database(backend: str, templates: dict, directory: Path):
+    if backend == "sqlite":
+        target = directory / "db.sqlite3"
+        shutil.copy2(templates["sqlite"], target)
+        return Database("sqlite", f"sqlite:///{target}"), None
+    require(bool(PG_URL), "PostgreSQL not available (set CRONOPS_TEST_PG_URL, see .ci/services.sh)")
+    import psycopg
+
+    name = f"cronops_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_URL, autocommit=True) as con:
+        con.execute(f'CREATE DATABASE "{name}" TEMPLATE "{templates["pg"]}"')
+
+    def drop():
+        with psycopg.connect(PG_URL, autocommit=True) as con:
+            con.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    return Database("pg", PG_URL.rsplit("/", 1)[0] + "/" + name), drop
+
+
+class Project:
+    def __init__(self, directory: Path, db: Database, env_file: dict):
+        self.dir = directory
+        self.db = db
+        self.settings = dict(env_file)
+        self.write_env()
+
+    @property
+    def lock_dir(self) -> Path:
+        return Path(self.settings.get("OPS_LOCK_DIR", self.dir / "var" / "lock"))
+
+    def write_env(self, **changes):
+        """(Re)write `.env` (mode 0600) from self.settings plus `changes`."""
+        self.settings.update({k: str(v) for k, v in changes.items() if v is not None})
+        for k in [k for k, v in changes.items() if v is None]:
+            self.settings.pop(k, None)
+        path = self.dir / ".env"
+        path.write_text("".join(f"{k}={v}\n" for k, v in self.settings.items()))
+        path.chmod(0o600)
+
+    def write_cron(self, name: str, text: str) -> Path:
+        path = self.dir / "crontab.d" / name
+        path.write_text(text)
+        return path
+
+    def command(self, *args) -> list[str]:
+        return [sys.executable, str(self.dir / "manage.py"), *args]
+
+    def manage(self, *args, env=None, timeout=120, cwd=None):
+        return subprocess.run(
+            self.command(*args),
+            cwd=cwd or self.dir,
+            env=base_env(**(env or {})),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def run_job(self, *args, **kwargs):
+        return self.manage("run_job", *args, **kwargs)
+
+    def popen(self, *args, env=None, **kwargs):
+        return subprocess.Popen(
+            self.command(*args),
+            cwd=self.dir,
+            env=base_env(**(env or {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **kwargs,
+        )
+
+
+def _project(tmp_path, templates, backend, request):
+    directory = copy_tree(tmp_path / "app")
+    db, drop = make_database(backend, templates, tmp_path)
+    if drop:
+        request.addfinalizer(drop)
+    return Project(
+        directory,
+        db,
+        {
+            "DATABASE_URL": db.url,
+            "SECRET_KEY": "test-secret-key-" + "x" * 40,
+            "TIME_ZONE": "UTC",
+            "OPS_HOST": "host-a",
+            "OPS_HEARTBEAT_SECONDS": "30",
+        },
+    )
+
+
+@pytest.fixture(params=["sqlite", "pg"])
+def project(request, tmp_path, migrated_templates):
+    """A deployed copy of the project, once on SQLite and once on PostgreSQL."""
+    return _project(tmp_path, migrated_templates, request.param, request)
+
+
+@pytest.fixture
+def sqlite_project(request, tmp_path, migrated_templates):
+    """The same, on SQLite only (for tests where the database does not matter)."""
+    return _project(tmp_path, migrated_templates, "sqlite", request)
+
+
+@pytest.fixture
+def pg_project(request, tmp_path, migrated_templates):
+    return _project(tmp_path, migrated_templates, "pg", request)
+
+
+@pytest.fixture
+def ping_server(httpserver):
+    """pytest-httpserver on 127.0.0.1 answering every ping 200 OK; the log is httpserver.log."""
+    httpserver.expect_request("").respond_with_data("OK", headers={"Ping-Body-Limit": "100000"})
+    return httpserver
