@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.core.management import get_commands, load_command_class
 from django.core.management.base import CommandError
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from . import claims
@@ -364,17 +364,21 @@ class Runner:
         run.finished_at = timezone.now()
         run.duration = duration
         run.output_tail = tail.text(HISTORY_TAIL_BYTES)
-        try:
-            close_old_connections()
-            run.save()
-            if run.slot:
-                claims.release(run)
-        except DatabaseError as exc:
-            say(
-                f"job {self.plan.name}: could not record the outcome ({outcome}, exit "
-                f"{exit_code}): {_one_line(exc)}",
-                self.stderr,
-            )
+        for attempt in (1, 2):
+            try:
+                run.save()
+                if run.slot:
+                    claims.release(run)
+                return
+            except DatabaseError as exc:
+                if attempt == 1:
+                    connection.close()  # the job may have broken the connection: retry once
+                    continue
+                say(
+                    f"job {self.plan.name}: could not record the outcome ({outcome}, exit "
+                    f"{exit_code}): {_one_line(exc)}",
+                    self.stderr,
+                )
 
 
 def run(argv: list[str], *, stdout=None, stderr=None) -> int:

@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -19,6 +20,20 @@ REPO = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("CRONOPS_TEST_PG_URL", "")
 REQUIRE_ALL = bool(os.environ.get("CRONOPS_REQUIRE_ALL"))
 PING_KEY = "pk-" + "s3cr3t" * 4  # looks like a real key; tests assert it never leaks
+
+
+TEST_COMMAND = """\
+import os, sys, time
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    def add_arguments(self, parser):
+{arguments}
+
+    def handle(self, *args, **options):
+{body}
+"""
 
 
 def require(condition: bool, reason: str) -> None:
@@ -178,6 +193,14 @@ class Project:
         path = self.dir / "crontab.d" / name
         path.write_text(text)
         return path
+
+    def add_command(self, name: str, handle_body: str, arguments: str = "pass") -> None:
+        """Add a management command `name` to this copy (test jobs live only in the copy)."""
+        code = TEST_COMMAND.format(
+            arguments=textwrap.indent(textwrap.dedent(arguments).strip(), " " * 8),
+            body=textwrap.indent(textwrap.dedent(handle_body).strip(), " " * 8),
+        )
+        (self.dir / "commands" / "management" / "commands" / f"{name}.py").write_text(code)
 
     def command(self, *args) -> list[str]:
         return [sys.executable, str(self.dir / "manage.py"), *args]

@@ -1,6 +1,6 @@
 import argparse
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from ops import runner
 from ops.options import add_runner_options
@@ -25,6 +25,18 @@ class Command(BaseCommand):
             return super().run_from_argv(argv)
         raise SystemExit(runner.run(argv[2:], stdout=self.stdout._out, stderr=self.stderr._out))
 
-    def handle(self, *args, **options):  # pragma: no cover (reached through call_command only)
-        argv = []
-        raise SystemExit(runner.run(argv))
+    def handle(self, *args, **options):
+        # Reached through call_command() only; the shell goes through run_from_argv above.
+        argv = [f"--{name.replace('_', '-')}={options[name]}" for name in VALUED if options[name]]
+        argv += [f"--{name.replace('_', '-')}" for name in FLAGS if options[name]]
+        code = runner.run(
+            [*argv, options["command"], *options["args"]],
+            stdout=self.stdout._out,
+            stderr=self.stderr._out,
+        )
+        if code:
+            raise CommandError(f"run_job exited {code}", returncode=code)
+
+
+VALUED = ["name", "timeout", "catch_up", "wait", "logical_date", "ping"]
+FLAGS = ["force", "no_ping", "no_output_in_ping", "quiet"]

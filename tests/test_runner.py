@@ -1,0 +1,546 @@
+"""run_job as cron runs it: real processes, a real database, real signals and a real ping server."""
+
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import PING_KEY
+
+SLEEPER = """
+from django.conf import settings
+with open(settings.BASE_DIR / "ran.txt", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+print("working", flush=True)
+if (settings.BASE_DIR / "hang").exists():
+    time.sleep(60)
+time.sleep(float(os.environ.get("SLEEP", "0")))
+print("done", flush=True)
+"""
+
+
+def ran_count(project) -> int:
+    path = project.dir / "ran.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def today_utc() -> dt.date:
+    return dt.datetime.now(dt.UTC).date()
+
+
+def wait_for_line(proc, text: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    seen = ""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        seen += line
+        if text in line:
+            return seen
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(f"never printed {text!r}; got {seen!r}")
+
+
+def test_two_runners_started_together_run_the_command_once_and_the_other_exits_75(project):
+    project.add_command("t_sleep", SLEEPER)
+    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
+    a = project.popen("run_job", "t_sleep", env={"SLEEP": "5"})
+    b = project.popen("run_job", "t_sleep", env={"SLEEP": "5"})
+    started = time.monotonic()
+    # Whichever loses must exit while the winner is still inside its 5 s command.
+    while a.poll() is None and b.poll() is None:
+        time.sleep(0.02)
+    loser_elapsed = time.monotonic() - started
+    loser, winner = (a, b) if a.poll() is not None else (b, a)
+    assert loser.returncode == 75
+    assert winner.poll() is None, "the loser waited for the winner"
+    out, _ = loser.communicate()
+    assert "skipped: running since" in out and f"pid {winner.pid}" in out
+    winner.wait(30)
+    assert winner.returncode == 0
+    assert ran_count(project) == 1
+    outcomes = sorted((o, c) for _, _, _, o, c, _ in project.db.runs("t_sleep"))
+    assert outcomes == [("skipped", 75), ("succeeded", 0)]
+    print(f"loser exited after {loser_elapsed:.2f}s (process start included)")
+
+
+def test_the_same_slot_run_twice_charges_the_billing_once(project):
+    project.write_cron("10-billing.cron", "0 3 * * * charge_daily\n")
+    assert project.manage("seed_demo").returncode == 0
+    first = project.run_job("charge_daily")
+    second = project.run_job("charge_daily")
+    forced = project.run_job("--force", "charge_daily")
+    assert (first.returncode, second.returncode, forced.returncode) == (0, 0, 0)
+    assert "charged 3" in first.stdout
+    assert "already done for" in second.stdout
+    assert "charged 0, already charged 3" in forced.stdout
+    assert project.db.query("SELECT count(*) FROM commands_dailycharge") == [(3,)]
+    balances = project.db.query("SELECT customer, balance FROM commands_subscription ORDER BY id")
+    assert [(c, float(b)) for c, b in balances] == [("alice", 90.1), ("bob", 80.1), ("carol", 95.5)]
+
+
+def test_a_run_killed_with_sigkill_is_recorded_abandoned_and_the_next_run_completes_the_slot(
+    project,
+):
+    project.add_command("t_sleep", SLEEPER)
+    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
+    (project.dir / "hang").touch()
+    victim = project.popen("run_job", "t_sleep")
+    wait_for_line(victim, "working")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    (project.dir / "hang").unlink()
+
+    again = project.run_job("t_sleep")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "recorded the dead attempt" in again.stderr
+    runs = project.db.runs("t_sleep")
+    assert [r[3] for r in runs] == ["abandoned", "succeeded"]
+    assert runs[0][1] == runs[1][1]  # the same slot
+    assert f"pid {victim.pid}" in runs[0][5]
+    assert project.db.query("SELECT state FROM ops_slotclaim WHERE job = 't_sleep'") == [
+        ("succeeded",)
+    ]
+    assert project.run_job("t_sleep").stdout.count("already done") == 1
+
+
+def test_two_hosts_sharing_postgresql_run_a_slot_once(pg_project, tmp_path):
+    project = pg_project
+    project.add_command("t_sleep", SLEEPER)
+    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
+    host_b = {"OPS_HOST": "host-b", "OPS_LOCK_DIR": tmp_path / "lock-b", "SLEEP": "4"}
+    a = project.popen("run_job", "t_sleep", env={"SLEEP": "4"})
+    b = project.popen("run_job", "t_sleep", env=host_b)
+    codes = sorted([a.wait(60), b.wait(60)])
+    assert codes == [0, 75]
+    assert ran_count(project) == 1
+    hosts = project.db.query("SELECT host, outcome FROM ops_jobrun ORDER BY outcome")
+    assert {h for h, _ in hosts} == {"host-a", "host-b"}
+
+
+def test_a_claim_left_by_a_killed_run_on_another_host_is_taken_over_once_its_heartbeat_is_stale(
+    pg_project, tmp_path
+):
+    project = pg_project
+    project.add_command("t_sleep", SLEEPER)
+    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
+    (project.dir / "hang").touch()
+    victim = project.popen("run_job", "t_sleep")
+    wait_for_line(victim, "working")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    (project.dir / "hang").unlink()
+    host_b = {"OPS_HOST": "host-b", "OPS_LOCK_DIR": tmp_path / "lock-b"}
+
+    fresh = project.run_job("t_sleep", env=host_b)
+    assert fresh.returncode == 75
+    assert f"pid {victim.pid}, host host-a" in fresh.stdout
+
+    # Time passes: the heartbeat is older than 3 intervals (90 s by default).
+    project.db.execute(
+        "UPDATE ops_slotclaim SET heartbeat_at = heartbeat_at - interval '10 minutes'"
+    )
+    stale = project.run_job("t_sleep", env=host_b)
+    assert stale.returncode == 0, stale.stdout + stale.stderr
+    outcomes = [(r[3]) for r in project.db.runs("t_sleep")]
+    assert outcomes == ["abandoned", "skipped", "succeeded"]
+    assert project.db.query("SELECT state, host FROM ops_slotclaim") == [("succeeded", "host-b")]
+
+
+def test_a_timeout_ends_the_job_with_124_and_records_and_pings_a_failure(
+    sqlite_project, ping_server
+):
+    project = sqlite_project
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    project.add_command("t_sleep", SLEEPER)
+    started = time.monotonic()
+    result = project.run_job("--timeout=1s", "t_sleep", env={"SLEEP": "30"})
+    assert result.returncode == 124
+    assert time.monotonic() - started < 15
+    assert "timed out after 1s" in result.stderr
+    assert [r[3:5] for r in project.db.runs()] == [("timed_out", 124)]
+    paths = [req.path for req, _ in ping_server.log]
+    assert paths[-1] == f"/{PING_KEY}/t_sleep/fail"
+
+
+def test_sigterm_ends_the_job_with_143_and_records_it_terminated(sqlite_project, ping_server):
+    project = sqlite_project
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    project.add_command("t_sleep", SLEEPER)
+    proc = project.popen("run_job", "t_sleep", env={"SLEEP": "30"})
+    wait_for_line(proc, "working")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 143
+    assert [r[3:5] for r in project.db.runs()] == [("terminated", 143)]
+    assert [req.path for req, _ in ping_server.log][-1].endswith("/t_sleep/fail")
+
+
+def test_a_command_error_with_returncode_3_exits_3_and_pings_3_with_the_output_tail(
+    project, ping_server
+):
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    project.add_command(
+        "t_fail",
+        """
+        print("step 1 ok")
+        print("step 2 about to fail", file=sys.stderr)
+        raise CommandError("invoice 42 is broken", returncode=3)
+    """,
+    )
+    result = project.run_job("t_fail")
+    assert result.returncode == 3
+    assert "step 1 ok" in result.stdout and "step 2 about to fail" in result.stderr
+    final = [(req, _) for req, _ in ping_server.log if req.path.endswith("/t_fail/3")]
+    assert len(final) == 1
+    body = final[0][0].get_data(as_text=True)
+    assert "step 1 ok" in body and "invoice 42 is broken" in body
+    [(outcome, code, tail)] = project.db.query(
+        "SELECT outcome, exit_code, output_tail FROM ops_jobrun"
+    )
+    assert (outcome, code) == ("failed", 3) and "invoice 42 is broken" in tail
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("raise SystemExit(5)", 5),
+        ("raise SystemExit()", 0),
+        ("raise ValueError('boom')", 1),
+        ("sys.exit('fatal: no input')", 1),
+    ],
+)
+def test_exit_codes_pass_through_from_the_command(sqlite_project, code, expected):
+    sqlite_project.add_command("t_exit", code)
+    result = sqlite_project.run_job("t_exit")
+    assert result.returncode == expected
+    if "ValueError" in code:
+        assert "Traceback" in result.stderr and "ValueError: boom" in result.stderr
+
+
+def _blackhole():
+    """A server that accepts TCP connections (kernel backlog) and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    return sock, f"http://127.0.0.1:{sock.getsockname()[1]}/"
+
+
+def _refusing():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens here now
+    return None, f"http://127.0.0.1:{port}/"
+
+
+START_STAMP = """
+from django.conf import settings
+print("job-start", time.time(), flush=True)
+raise CommandError("failing on purpose", returncode=3)
+"""
+
+
+@pytest.mark.parametrize("failure", ["refused", "blackhole", "500", "429"])
+def test_a_broken_ping_server_never_changes_the_exit_code_or_delays_the_start(
+    sqlite_project, httpserver, failure
+):
+    project = sqlite_project
+    project.add_command("t_job", START_STAMP)
+    project.write_env(HEALTHCHECKS_PING_KEY=PING_KEY, OPS_PING_BUDGET_SECONDS=3)
+    keep = None
+    if failure == "refused":
+        keep, url = _refusing()
+    elif failure == "blackhole":
+        keep, url = _blackhole()
+    else:
+        httpserver.expect_request("").respond_with_data("oops", status=int(failure))
+        url = httpserver.url_for("/")
+
+    def timed(*extra, env=None):
+        t0 = time.time()
+        result = project.run_job(*extra, "t_job", env=env)
+        start = float(result.stdout.split("job-start", 1)[1].split()[0])
+        return result, start - t0, time.time() - t0
+
+    baseline, base_start, base_total = timed("--no-ping")
+    broken, start, total = timed(env={"HEALTHCHECKS_PING_URL": url})
+    assert baseline.returncode == broken.returncode == 3
+    assert start - base_start < 0.5, "the start ping delayed the job"
+    assert total - base_total < 3 + 1.0, "the pings took longer than their budget"
+    assert "ping failed" in broken.stderr
+    assert PING_KEY not in broken.stdout + broken.stderr
+    assert [r[3:5] for r in project.db.runs()] == [("failed", 3), ("failed", 3)]
+    if keep:
+        keep.close()
+
+
+def test_pings_carry_one_fresh_rid_per_run_and_201_created_counts_as_success(
+    sqlite_project, httpserver
+):
+    project = sqlite_project
+    httpserver.expect_request("").respond_with_data("Created", status=201)
+    project.write_env(
+        HEALTHCHECKS_PING_URL=httpserver.url_for("/"),
+        HEALTHCHECKS_PING_KEY=PING_KEY,
+        HEALTHCHECKS_AUTO_CREATE=1,
+    )
+    project.add_command("t_ok", "print('fine')")
+    first, second = project.run_job("t_ok"), project.run_job("t_ok")
+    assert first.returncode == second.returncode == 0
+    assert "ping" not in first.stderr  # no warning: 201 is a success
+    requests = [
+        (req.path, req.args.get("rid"), req.args.get("create")) for req, _ in httpserver.log
+    ]
+    assert [p for p, _, _ in requests] == [f"/{PING_KEY}/t_ok/start", f"/{PING_KEY}/t_ok"] * 2
+    rids = [r for _, r, _ in requests]
+    assert rids[0] == rids[1] and rids[2] == rids[3] and rids[0] != rids[2]
+    assert {c for _, _, c in requests} == {"1"}
+    stored = project.db.query("SELECT rid FROM ops_jobrun ORDER BY id")
+    assert [r for (r,) in stored] == [rids[0], rids[2]]
+
+
+def test_the_ping_body_is_the_output_tail_cut_to_the_servers_body_limit(sqlite_project, httpserver):
+    project = sqlite_project
+    httpserver.expect_request("").respond_with_data("OK", headers={"Ping-Body-Limit": "1000"})
+    project.write_env(HEALTHCHECKS_PING_URL=httpserver.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY)
+    # The start ping must have answered (it carries the limit) before the job ends.
+    project.add_command(
+        "t_loud_slow",
+        """
+        time.sleep(1)
+        for i in range(5000):
+            print(f"line {i}")
+        print("the last line")
+    """,
+    )
+    assert project.run_job("t_loud_slow").returncode == 0
+    final = [req for req, _ in httpserver.log if req.path.endswith("/t_loud_slow")]
+    body = final[0].get_data()
+    assert len(body) <= 1000 and body.endswith(b"the last line\n")
+
+
+def test_no_output_in_ping_and_a_ping_override_by_uuid(sqlite_project, ping_server):
+    project = sqlite_project
+    project.write_env(HEALTHCHECKS_PING_URL=ping_server.url_for("/"))
+    project.add_command("t_ok", "print('private stuff')")
+    uuid = "5bf66975-d4c7-4bf5-bcc8-b8d8a82ea278"
+    assert project.run_job(f"--ping={uuid}", "--no-output-in-ping", "t_ok").returncode == 0
+    assert [req.path for req, _ in ping_server.log] == [f"/{uuid}/start", f"/{uuid}"]
+    assert ping_server.log[-1][0].get_data() == b""
+    assert project.run_job("--no-ping", "t_ok").returncode == 0
+    assert len(ping_server.log) == 2  # and without a key nothing is pinged either
+    assert project.run_job("t_ok").returncode == 0
+    assert len(ping_server.log) == 2
+
+
+def test_a_skipped_slot_sends_a_log_ping(sqlite_project, ping_server):
+    project = sqlite_project
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    project.add_command("t_ok", "print('fine')")
+    project.write_cron("t.cron", "0 0 * * * t_ok\n")
+    assert project.run_job("t_ok").returncode == 0
+    assert project.run_job("t_ok").returncode == 0
+    last = ping_server.log[-1][0]
+    assert last.path.endswith("/t_ok/log")
+    assert last.get_data(as_text=True).startswith("already done for ")
+
+
+def test_wait_takes_the_lock_when_the_first_run_ends(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_sleep", SLEEPER)
+    first = project.popen("run_job", "t_sleep", env={"SLEEP": "2"})
+    wait_for_line(first, "working")
+    second = project.run_job("--wait=30s", "t_sleep")
+    assert first.wait(30) == 0 and second.returncode == 0
+    assert ran_count(project) == 2  # unscheduled: no slot, so both run
+
+
+def test_catch_up_runs_missed_days_oldest_first_with_their_own_dates(project):
+    project.write_cron("10-billing.cron", "0 0 * * * --catch-up=3 charge_daily\n")
+    assert project.manage("seed_demo").returncode == 0
+    today = today_utc()
+    days = [today - dt.timedelta(days=n) for n in (4, 3, 2, 1, 0)]
+    # The job last ran four days ago; the machine was down since.
+    assert project.run_job(f"--logical-date={days[0]}", "charge_daily").returncode == 0
+    result = project.run_job("charge_daily")
+    assert result.returncode == 0, result.stderr
+    runs = project.db.runs("charge_daily")
+    assert [r[2] for r in runs] == [d.isoformat() for d in days]
+    assert all(r[3] == "succeeded" for r in runs)
+    charged = project.db.query(
+        "SELECT charge_date, count(*) FROM commands_dailycharge GROUP BY charge_date "
+        "ORDER BY charge_date"
+    )
+    assert [(str(d), n) for d, n in charged] == [(d.isoformat(), 3) for d in days]
+    # Nothing before the first recorded run, and nothing twice.
+    assert project.run_job("--catch-up=10", "charge_daily").stdout.count("already done") == 1
+
+
+def test_run_as_cron_runs_it_finds_and_loads_the_env_file(sqlite_project):
+    project = sqlite_project
+    project.write_env(CRONOPS_GREETING="hello-from-dotenv")
+    project.add_command("t_env", "print('greeting:', os.environ.get('CRONOPS_GREETING'))")
+    result = subprocess.run(
+        [
+            "env",
+            "-i",
+            "PATH=/usr/bin:/bin",
+            sys.executable,
+            str(project.dir / "manage.py"),
+            "run_job",
+            "t_env",
+        ],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "greeting: hello-from-dotenv" in result.stdout
+    assert [r[3] for r in project.db.runs("t_env")] == ["succeeded"]
+
+
+def test_quiet_prints_the_output_only_when_the_job_fails(sqlite_project):
+    project = sqlite_project
+    project.add_command(
+        "t_maybe",
+        """
+        print("noise from the job")
+        if os.environ.get("FAIL"):
+            raise CommandError("it failed", returncode=4)
+    """,
+    )
+    ok = project.run_job("--quiet", "t_maybe")
+    bad = project.run_job("--quiet", "t_maybe", env={"FAIL": "1"})
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "", "")
+    assert bad.returncode == 4
+    assert "noise from the job" in bad.stdout and "it failed" in bad.stdout
+
+
+def test_output_of_child_processes_passes_through_and_reaches_the_history(sqlite_project):
+    project = sqlite_project
+    project.add_command(
+        "t_child",
+        """
+        import subprocess
+        print("from python", flush=True)
+        subprocess.run(["sh", "-c", "echo from-a-child; echo child-error >&2"], check=True)
+    """,
+    )
+    result = project.run_job("t_child")
+    assert result.returncode == 0
+    assert "from python" in result.stdout and "from-a-child" in result.stdout
+    assert "child-error" in result.stderr
+    [(tail,)] = project.db.query("SELECT output_tail FROM ops_jobrun")
+    assert "from-a-child" in tail and "child-error" in tail
+
+
+def test_memory_stays_flat_when_the_job_prints_hundreds_of_megabytes(sqlite_project):
+    project = sqlite_project
+    project.add_command(
+        "t_flood",
+        """
+        n = int(os.environ["MB"])
+        chunk = ("x" * 1023 + "\\n") * 1024
+        for _ in range(n):
+            sys.stdout.write(chunk)
+        print("end of flood")
+    """,
+    )
+
+    def peak_rss_kib(mb: int) -> int:
+        code = (
+            "import resource, subprocess, sys;"
+            f"subprocess.run([sys.executable, {str(project.dir / 'manage.py')!r}, 'run_job',"
+            " 't_flood'], stdout=subprocess.DEVNULL, check=True);"
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+        )
+        env = dict(os.environ, MB=str(mb))
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=project.dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        return int(out.stdout.strip())
+
+    quiet, flood = peak_rss_kib(0), peak_rss_kib(256)
+    assert flood - quiet < 10 * 1024, f"peak RSS grew by {(flood - quiet) / 1024:.1f} MiB"
+    [(tail,)] = project.db.query("SELECT output_tail FROM ops_jobrun ORDER BY id DESC LIMIT 1")
+    assert tail.rstrip().endswith("end of flood") and "truncated" in tail
+
+
+def test_usage_errors_exit_2_with_one_line_and_record_nothing(sqlite_project, ping_server):
+    project = sqlite_project
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    for args, message in [
+        (["no_such_command"], "unknown command 'no_such_command'"),
+        (["--timeout=soon", "check"], "bad duration 'soon'"),
+        (["--bogus", "check"], "unrecognized arguments: --bogus"),
+        ([], "no command given"),
+    ]:
+        result = project.run_job(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], result.stderr
+    assert project.db.runs() == []
+    assert ping_server.log == []
+
+
+def test_an_unreachable_database_gives_one_line_a_failure_ping_and_exit_1(
+    sqlite_project, ping_server
+):
+    project = sqlite_project
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    _, url = _refusing()
+    dead = url.replace("http://", "postgres://nobody:pw@").rstrip("/") + "/db"
+    project.add_command("t_ok", "print('fine')")
+    result = project.run_job("t_ok", env={"DATABASE_URL": dead})
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cronops: error: database unavailable:")
+    assert "pw@" not in result.stderr
+    assert [req.path for req, _ in ping_server.log] == [f"/{PING_KEY}/t_ok/fail"]
+
+
+def test_no_secret_from_the_env_file_appears_in_output_history_or_ping_bodies(
+    sqlite_project, httpserver
+):
+    project = sqlite_project
+    secret_key = project.settings["SECRET_KEY"]
+    httpserver.expect_request("").respond_with_data("boom", status=500)
+    project.write_env(
+        HEALTHCHECKS_PING_URL=httpserver.url_for("/"),
+        HEALTHCHECKS_PING_KEY=PING_KEY,
+        OPS_PING_BUDGET_SECONDS=2,
+    )
+    project.add_command("t_boom", "print('working'); raise RuntimeError('kaput')")
+    project.write_cron("t.cron", "0 0 * * * t_boom\n@daily --name=ok-job check\n")
+    outputs = [project.run_job("t_boom"), project.run_job("ok-job"), project.run_job("ok-job")]
+    text = "".join(r.stdout + r.stderr for r in outputs)
+    text += json.dumps(project.db.query("SELECT * FROM ops_jobrun"), default=str)
+    text += "".join(req.get_data(as_text=True) for req, _ in httpserver.log)
+    assert "kaput" in text  # the check below looks at real output
+    for secret in (PING_KEY, secret_key):
+        assert secret not in text
