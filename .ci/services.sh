@@ -8,6 +8,8 @@ need=()
 command -v crontab >/dev/null || need+=(cron)
 [ -x /usr/sbin/cron ] || need+=(cron)
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
+# headless browser for the admin test (driven by Playwright; never `playwright install`)
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null

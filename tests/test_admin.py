@@ -1,0 +1,180 @@
+"""The run history in the Django admin, driven in headless Chromium (Debian's `chromium`)."""
+
+import datetime as dt
+import os
+import shutil
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
+from ops.models import JobRun, Outcome, SlotClaim
+from tests.conftest import require
+
+CHROMIUM = os.environ.get("CRONOPS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PASSWORD = "correct-horse-battery"
+FAILED_OUTPUT = "charging 12 subscriptions\nTraceback (most recent call last):\nupstream down\n"
+
+
+def make_run(job, outcome, slot, started, exit_code, output=""):
+    """A finished run as the runner records it (runs are inserted in the order they start)."""
+    slot_at = dt.datetime.fromisoformat(slot).replace(tzinfo=dt.UTC)
+    start = dt.datetime.fromisoformat(started).replace(tzinfo=dt.UTC)
+    return JobRun.objects.create(
+        job=job,
+        slot=slot,
+        logical_date=slot_at.date(),
+        scheduled_at=slot_at,
+        outcome=outcome,
+        exit_code=exit_code,
+        note="CommandError: upstream down" if outcome == Outcome.FAILED else "",
+        started_at=start,
+        finished_at=start + dt.timedelta(seconds=4.2),
+        duration=4.2,
+        lag=(start - slot_at).total_seconds(),
+        host="web1",
+        pid=4242,
+        command=f"charge_daily --logical-date={slot_at.date().isoformat()}",
+        output_tail=output,
+    )
+
+
+@pytest.fixture
+def history(db):
+    get_user_model().objects.create_superuser("ops", "ops@example.com", PASSWORD)
+    ok = make_run(
+        "charge_daily", Outcome.SUCCEEDED, "2026-11-28 03:00", "2026-11-28 03:00:02", 0, "charged\n"
+    )
+    make_run("clear-sessions", Outcome.SUCCEEDED, "2026-11-29 00:00", "2026-11-29 00:00:01", 0)
+    failed = make_run(
+        "charge_daily", Outcome.FAILED, "2026-11-29 03:00", "2026-11-29 03:00:03", 3, FAILED_OUTPUT
+    )
+    SlotClaim.objects.create(
+        job="charge_daily",
+        slot=failed.slot,
+        logical_date=failed.logical_date,
+        state=Outcome.FAILED,
+        run=failed,
+        host="web1",
+        pid=4242,
+        started_at=failed.started_at,
+        heartbeat_at=failed.started_at,
+    )
+    return {"ok": ok, "failed": failed}
+
+
+@pytest.fixture
+def browser_page(tmp_path):
+    require(os.path.exists(CHROMIUM), f"chromium not found at {CHROMIUM} (apt install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        require(False, "playwright not installed (pip install -e '.[dev]')")
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),  # a fresh profile per test
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+        )
+        context.set_default_timeout(15_000)
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def log_in(page, base):
+    page.goto(base + "/admin/login/?next=/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_logs_in_sees_the_failed_run_and_reads_its_output(
+    history, live_server, browser_page
+):
+    page = browser_page
+    log_in(page, live_server.url)
+    page.click("text=Job runs")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 3
+    newest = rows.nth(0).inner_text()
+    assert "Failed" in newest
+    assert "2026-11-29 03:00:03" in newest
+    assert "3.0 s" in newest  # start lag
+    assert "web1" in newest
+
+    page.click("#changelist-filter >> text=Failed")
+    assert page.locator("#result_list tbody tr").count() == 1
+    page.locator("#result_list tbody tr").nth(0).locator("a").first.click()
+
+    output = page.locator("pre.cronops-output")
+    assert "Traceback (most recent call last):" in output.inner_text()
+    assert "upstream down" in output.inner_text()
+    body = page.inner_text("#content")
+    assert "CommandError: upstream down" in body
+    assert "2026-11-29 03:00" in body
+    # read-only: no form field, no save button, no delete link
+    assert page.locator("input[name=job]").count() == 0
+    assert page.locator("input[type=submit][name=_save]").count() == 0
+    assert page.locator("a.deletelink").count() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_history_filters_by_job_and_searches(history, live_server, browser_page):
+    page = browser_page
+    log_in(page, live_server.url)
+    page.goto(live_server.url + reverse("admin:ops_jobrun_changelist"))
+    page.click("#changelist-filter >> text=clear-sessions")
+    assert page.locator("#result_list tbody tr").count() == 1
+    page.goto(live_server.url + reverse("admin:ops_jobrun_changelist"))
+    page.fill("#searchbar", "upstream")
+    page.press("#searchbar", "Enter")
+    page.wait_for_selector("#result_list")
+    assert page.locator("#result_list tbody tr").count() == 1
+
+
+def test_the_admin_refuses_to_add_change_or_delete_runs(history, admin_client):
+    failed = history["failed"]
+    assert admin_client.get(reverse("admin:ops_jobrun_add")).status_code == 403
+    change = reverse("admin:ops_jobrun_change", args=[failed.pk])
+    page = admin_client.get(change)
+    assert page.status_code == 200
+    assert b"Traceback (most recent call last):" in page.content
+    assert admin_client.post(change, {"job": "tampered"}).status_code == 403
+    delete = reverse("admin:ops_jobrun_delete", args=[failed.pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    assert JobRun.objects.get(pk=failed.pk).job == "charge_daily"
+    claim = SlotClaim.objects.get()
+    assert admin_client.get(reverse("admin:ops_slotclaim_add")).status_code == 403
+    claim_page = admin_client.get(reverse("admin:ops_slotclaim_change", args=[claim.pk]))
+    assert claim_page.status_code == 200
+    assert (
+        admin_client.post(
+            reverse("admin:ops_slotclaim_delete", args=[claim.pk]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
+    assert SlotClaim.objects.filter(pk=claim.pk).exists()
+
+
+def test_the_claims_list_links_each_claim_to_its_run(history, admin_client):
+    page = admin_client.get(reverse("admin:ops_slotclaim_changelist"))
+    assert page.status_code == 200
+    link = reverse("admin:ops_jobrun_change", args=[history["failed"].pk])
+    assert link.encode() in page.content
