@@ -2,10 +2,11 @@
 
 A job line is a schedule followed by `run_job`'s argument list (see DESIGN.md). Everything
 that Debian's cron would silently misread, or that would never fire, is an error that names
-`file:line`.
+`file:line`, quotes the offending text and says what would be valid.
 """
 
 import calendar
+import datetime as dt
 import re
 import shlex
 from collections.abc import Iterable
@@ -24,7 +25,7 @@ SPECIALS = {
     "@hourly": "0 * * * *",
     "@reboot": None,
 }
-# name, low, high, names accepted by Debian's cron (single values only, never in ranges)
+# name, low, high, names accepted by Debian's cron in the field
 FIELDS = [
     ("minute", 0, 59, {}),
     ("hour", 0, 23, {}),
@@ -38,22 +39,44 @@ FIELDS = [
     ),
 ]
 _ENV_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$")
-_ITEM = re.compile(r"^(\*|\d+|\d+-\d+)(?:/(\d+))?$")
+_ITEM = re.compile(r"^(\*|\w+|\w+-\w+)(?:/(\d+))?$")
+_NUMBER = re.compile(r"^\d+$")
+_JOB_NAME = re.compile(r"^[a-z0-9_-]{1,100}$")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_MAILTO = re.compile(r"^[^\s,;'\"\\`$|&<>()%]+$")
+# What other crons accept and Debian's does not (or reads differently).
+_FOREIGN_SYNTAX = [
+    ("~", "'~' (random value) is a systemd/OpenBSD extension; Debian's cron reads 0~30 as 0"),
+    ("#", "'#' (nth weekday) is Quartz/cronie syntax; Debian's cron reads 1#2 as every 1"),
+    ("?", "'?' is Quartz syntax; Debian's cron has no '?'"),
+    ("L", "'L' (last day) is Quartz syntax; Debian's cron has no 'L'"),
+    ("W", "'W' (nearest weekday) is Quartz syntax; Debian's cron has no 'W'"),
+]
+# Environment lines people write that cannot work here, with the reason.
+_ENV_HINTS = {
+    "CRON_TZ": "Debian's cron has no CRON_TZ: schedules are in TIME_ZONE, which must be the "
+    "system time zone",
+    "TZ": "TZ= does not change when cron fires: schedules are in TIME_ZONE, which must be the "
+    "system time zone",
+    "SHELL": "the installed lines are written for /bin/sh; do not change SHELL",
+    "PATH": "the installed lines use absolute paths; jobs read their environment from .env",
+}
 
 
 class CrontabError(ValueError):
-    """A crontab.d problem, always located: `file:line: message`."""
+    """A crontab.d problem, always located: `file:line: message (in: text)`."""
 
     def __init__(self, path, lineno, message, text=""):
         self.path, self.lineno, self.message, self.text = str(path), lineno, message, text
         where = f"{self.path}:{lineno}" if lineno else self.path
-        super().__init__(f"{where}: {message}" + (f" (in: {text.strip()})" if text else ""))
+        shown = _CONTROL.sub("?", text.strip())
+        super().__init__(f"{where}: {message}" + (f" (in: {shown})" if shown else ""))
 
 
 @dataclass
 class Job:
     name: str
-    schedule: str  # as written: five fields or an @word
+    schedule: str  # normalised: five fields separated by one space, or a lower-case @word
     options: RunOptions
     argv: list[str]  # run_job's arguments exactly as written
     description: str = ""
@@ -71,54 +94,86 @@ class Schedule:
     jobs: list[Job] = field(default_factory=list)
     mailto: str | None = None
     files: list[str] = field(default_factory=list)
+    mailto_at: str = ""  # file:line of the MAILTO= line
 
     def get(self, name: str) -> Job | None:
         return next((j for j in self.jobs if j.name == name), None)
 
 
+def _value(word: str, index: int) -> int | None:
+    _, _, _, names = FIELDS[index]
+    if _NUMBER.match(word):
+        return int(word)
+    return names.get(word.lower())
+
+
+def _foreign_syntax(text: str, names: dict) -> str | None:
+    """Why `text` is another cron's syntax that Debian's reads differently, or None."""
+    for char, why in _FOREIGN_SYNTAX[:3]:
+        if char in text:
+            return why
+    for part in re.split(r"[,/-]", text):
+        if part.lower() in names or _NUMBER.match(part) or part == "*":
+            continue
+        if part.endswith("L") or part == "LW":
+            return _FOREIGN_SYNTAX[3][1]
+        if part.endswith("W"):
+            return _FOREIGN_SYNTAX[4][1]
+    return None
+
+
 def validate_field(text: str, index: int) -> str | None:
     """None if Debian's cron reads `text` as field `index` the way it looks; else why not."""
     name, low, high, names = FIELDS[index]
-    if text.lower() in names:
-        return None
+    valid = (
+        f"use *, N, N-M, */S or N-M/S with {low}-{high}"
+        + ({3: " (or jan-dec)", 4: " (or sun-sat)"}.get(index, ""))
+        + ", comma-separated"
+    )
+    why = _foreign_syntax(text, names)
+    if why:
+        return f"bad {name} {text!r}: {why}; {valid}"
     for item in text.split(","):
         match = _ITEM.match(item)
         if not match:
-            return (
-                f"bad {name} {text!r}: use *, N, N-M, */S or N-M/S "
-                f"with {low}-{high}, comma-separated"
-            )
+            return f"bad {name} {text!r}: {valid}"
         base, step = match.groups()
         if base == "*":
             lo, hi = low, high
         elif "-" in base:
-            lo, hi = (int(x) for x in base.split("-"))
+            first, last = base.split("-")
+            lo, hi = _value(first, index), _value(last, index)
+            if lo is None or hi is None:
+                return f"bad {name} {item!r}: {valid}"
             if lo > hi:
-                return f"bad {name} {item!r}: range start is after its end"
+                return (
+                    f"bad {name} {item!r}: the range starts after it ends (Debian's cron "
+                    f"would not wrap around); write it as a list, e.g. {lo}-{high},{low}-{hi}"
+                )
         else:
-            lo = hi = int(base)
+            lo = hi = _value(base, index)
+            if lo is None:
+                return f"bad {name} {item!r}: {valid}"
             if step is not None:
                 return f"bad {name} {item!r}: a step needs * or a range (*/S, N-M/S)"
         if not (low <= lo <= high and low <= hi <= high):
             return f"bad {name} {item!r}: values must be {low}-{high}"
-        if (step is not None and not 1 <= int(step) <= high - low + 1) or step == "0":
-            return f"bad {name} step in {item!r}: must be 1-{high - low + 1}"
+        if step is not None and not 1 <= int(step) <= high - low:
+            return f"bad {name} step in {item!r}: the step must be 1-{high - low}"
     return None
 
 
 def _field_values(text: str, index: int) -> set[int]:
-    _, low, high, names = FIELDS[index]
-    if text.lower() in names:
-        return {names[text.lower()]}
+    _, low, high, _ = FIELDS[index]
     values = set()
     for item in text.split(","):
         base, step = _ITEM.match(item).groups()
         if base == "*":
             lo, hi = low, high
         elif "-" in base:
-            lo, hi = (int(x) for x in base.split("-"))
+            lo, hi = (_value(x, index) for x in base.split("-"))
         else:
-            lo = hi = int(base)
+            lo = hi = _value(base, index)
         values.update(range(lo, hi + 1, int(step or 1)))
     return values
 
@@ -126,7 +181,7 @@ def _field_values(text: str, index: int) -> set[int]:
 def validate_schedule(schedule: str) -> str | None:
     """None when `schedule` is a valid Debian cron schedule that can fire; else why not."""
     if schedule.startswith("@"):
-        if schedule.lower() not in SPECIALS:
+        if schedule not in SPECIALS:
             return f"unknown schedule {schedule!r}: use five fields or one of {' '.join(SPECIALS)}"
         return None
     fields = schedule.split()
@@ -136,103 +191,256 @@ def validate_schedule(schedule: str) -> str | None:
         problem = validate_field(text, i)
         if problem:
             return problem
-    dom, dow = fields[2], fields[4]
-    if dow == "*" and not dom.startswith("*"):
-        days, months = _field_values(dom, 2), _field_values(fields[3], 3)
+    dom, month, dow = fields[2], fields[3], fields[4]
+    # Debian's cron ANDs day of month and day of week when either starts with '*', else ORs.
+    if dow.startswith("*"):
+        days, months = _field_values(dom, 2), _field_values(month, 3)
         longest = max(calendar.monthrange(2024, m)[1] for m in months)  # 2024: Feb has 29
         if min(days) > longest:
-            return f"never fires: no month in {fields[3]!r} has day {min(days)}"
+            return (
+                f"never fires: no month in {month!r} has day {min(days)}; "
+                "pick a day every chosen month has"
+            )
+    from crontab import CronSlices  # python-crontab: a second opinion on the syntax
+
+    if not CronSlices.is_valid(schedule):
+        return f"bad schedule {schedule!r}: python-crontab cannot read it"
+    try:
+        from cronsim import CronSim
+
+        next(CronSim(schedule.lower(), dt.datetime(2024, 1, 1)))  # the runner's slot maths
+    except Exception as exc:
+        return f"bad schedule {schedule!r}: the slot maths (cronsim) cannot use it: {exc}"
     return None
+
+
+def _looks_like_a_field(word: str) -> bool:
+    return bool(re.match(r"^[\d*?][\d*/,\-?LW#~]*$", word))
 
 
 def split_job_line(line: str) -> tuple[str, list[str]]:
     """(schedule, argv) of a job line; ValueError on unbalanced quotes or a missing command."""
     if line.startswith("@"):
-        schedule, _, rest = line.partition(" ")
+        schedule = line.split(None, 1)[0]
         rest = line[len(schedule) :]
     else:
         parts = line.split(None, 5)
         if len(parts) < 6:
-            raise ValueError("a job line is a schedule followed by a command")
+            raise ValueError(
+                "a job line is five schedule fields (or an @word) followed by "
+                "[runner options] <management command> [its args]"
+            )
         schedule, rest = " ".join(parts[:5]), parts[5]
-    argv = shlex.split(rest, comments=False, posix=True)
+        first = rest.split(None, 1)[0]
+        if _looks_like_a_field(first):
+            following = rest.split()
+            count = 5 + sum(1 for _ in _takewhile(_looks_like_a_field, following))
+            raise ValueError(
+                f"{count} schedule fields: Debian's cron has five (minute hour day month "
+                "weekday), no seconds or year field"
+            )
+    try:
+        argv = shlex.split(rest, comments=False, posix=True)
+        commented = shlex.split(rest, comments=True, posix=True)
+    except ValueError as exc:
+        raise ValueError(
+            f"unbalanced quotes ({str(exc).lower()}): close every ' and \" on the same line"
+        ) from None
     if not argv:
-        raise ValueError("a job line is a schedule followed by a command")
+        raise ValueError("a job line needs a management command after the schedule")
+    if commented != argv:
+        raise ValueError(
+            "'#' would be passed to the command, not start a comment: put comments on their "
+            "own line above the job, or quote the '#'"
+        )
     return schedule, argv
 
 
-def parse_text(text: str, path: str, known_commands: Iterable[str] | None = None) -> Schedule:
-    """Parse one file's text; raise CrontabError for the first problem."""
+def _takewhile(predicate, items):
+    for item in items:
+        if not predicate(item):
+            return
+        yield item
+
+
+def _check_env_line(name: str, value: str, path: str, lineno: int, raw: str) -> str:
+    if name != "MAILTO":
+        hint = _ENV_HINTS.get(name, "jobs read their environment from .env")
+        raise CrontabError(
+            path, lineno, f"only MAILTO= may be set in crontab.d, not {name}= ({hint})", raw
+        )
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        value = value[1:-1]
+    if value and not all(_MAILTO.match(a) for a in value.split(",")):
+        raise CrontabError(
+            path,
+            lineno,
+            f"bad MAILTO {value!r}: use comma-separated addresses without spaces, or MAILTO= "
+            "for no mail",
+            raw,
+        )
+    return value
+
+
+class ArgsChecker:
+    """Checks a job's command arguments with the command's own parser (cached per command)."""
+
+    def __init__(self):
+        self._parsers = {}
+
+    def __call__(self, command: str, args: list[str]) -> str | None:
+        from django.core.management import get_commands, load_command_class
+        from django.core.management.base import CommandError
+
+        if command not in self._parsers:
+            app = get_commands()[command]
+            cmd = app if not isinstance(app, str) else load_command_class(app, command)
+            self._parsers[command] = cmd.create_parser("manage.py", command)
+        try:
+            self._parsers[command].parse_args(args)
+        except CommandError as exc:
+            return str(exc)
+        except SystemExit:
+            return "the command's parser rejected the arguments"
+        return None
+
+
+def parse_text(
+    text: str,
+    path: str,
+    known_commands: Iterable[str] | None = None,
+    check_args=None,
+) -> Schedule:
+    """Parse one file's text; raise CrontabError for the first problem.
+
+    `known_commands`: when given, the command must be one of them. `check_args`: when given,
+    a callable (command, args) -> problem or None (see ArgsChecker).
+    """
     known = set(known_commands) if known_commands is not None else None
     schedule = Schedule(files=[path])
     comment: list[str] = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    seen: dict[str, Job] = {}
+    for lineno, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip(" \t")
         if not line:
             comment = []
             continue
+        if _CONTROL.search(line):
+            raise CrontabError(
+                path, lineno, "control characters (a carriage return?) are not allowed", raw
+            )
         if line.startswith("#"):
             comment.append(line.lstrip("#").strip())
             continue
         env = _ENV_LINE.match(line)
         if env and not line.startswith("@") and not line[0].isdigit() and line[0] != "*":
-            if env.group(1) != "MAILTO":
+            value = _check_env_line(env.group(1), env.group(2), path, lineno, raw)
+            if schedule.mailto is not None:
                 raise CrontabError(
                     path,
                     lineno,
-                    f"only MAILTO= may be set here, not {env.group(1)}"
-                    " (jobs read their environment from .env)",
+                    f"MAILTO is already set at {schedule.mailto_at}: set it once, it applies "
+                    "to every job",
                     raw,
                 )
-            schedule.mailto = env.group(2).strip().strip("'\"")
+            schedule.mailto, schedule.mailto_at = value, f"{path}:{lineno}"
             comment = []
             continue
-        try:
-            when, argv = split_job_line(line)
-        except ValueError as exc:
-            raise CrontabError(path, lineno, str(exc), raw) from None
-        problem = validate_schedule(when)
-        if problem:
-            raise CrontabError(path, lineno, problem, raw)
-        try:
-            options = parse_run_args(argv)
-        except OptionsError as exc:
-            raise CrontabError(path, lineno, f"runner options: {exc}", raw) from None
-        if options.logical_date is not None or options.force:
+        job = _parse_job_line(line, raw, path, lineno, known, check_args)
+        if job.name in seen:
+            first = seen[job.name]
             raise CrontabError(
                 path,
                 lineno,
-                "--logical-date and --force are for runs by hand, not for a schedule",
+                f"duplicate job name {job.name!r} (first at {first.path}:{first.lineno}); "
+                "give one of them --name=",
                 raw,
             )
-        if known is not None and options.command not in known:
-            raise CrontabError(path, lineno, f"unknown management command {options.command!r}", raw)
-        if "%" in line:
-            raise CrontabError(
-                path, lineno, "'%' is not allowed (cron turns it into a newline)", raw
-            )
-        name = options.job_name
-        if not re.match(r"^[a-z0-9_-]{1,100}$", name):
-            raise CrontabError(
-                path, lineno, f"job name {name!r} must be a-z, 0-9, '_' or '-': add --name=", raw
-            )
-        schedule.jobs.append(
-            Job(
-                name=name,
-                schedule=when.lower() if when.startswith("@") else " ".join(when.split()),
-                options=options,
-                argv=argv,
-                description=" ".join(comment),
-                path=path,
-                lineno=lineno,
-            )
-        )
+        job.description = " ".join(comment)
+        seen[job.name] = job
+        schedule.jobs.append(job)
         comment = []
     return schedule
 
 
-def load_schedule(directory: Path | str | None = None, known_commands=None) -> Schedule:
-    """Every job in `directory/*.cron` (name order); CrontabError on the first problem."""
+def _parse_job_line(line, raw, path, lineno, known, check_args) -> Job:
+    if not (line[0].isdigit() or line[0] in "*@?"):
+        raise CrontabError(
+            path,
+            lineno,
+            "not a job, comment or MAILTO= line: a job starts with five schedule fields "
+            f"or one of {' '.join(SPECIALS)}",
+            raw,
+        )
+    try:
+        when, argv = split_job_line(line)
+    except ValueError as exc:
+        raise CrontabError(path, lineno, str(exc), raw) from None
+    problem = validate_schedule(when)
+    if problem:
+        raise CrontabError(path, lineno, problem, raw)
+    try:
+        options = parse_run_args(argv)
+    except OptionsError as exc:
+        raise CrontabError(
+            path,
+            lineno,
+            f"runner options: {exc} (valid: --name --timeout --catch-up --wait --ping "
+            "--no-ping --no-output-in-ping --quiet, before the command)",
+            raw,
+        ) from None
+    if options.logical_date is not None or options.force:
+        raise CrontabError(
+            path,
+            lineno,
+            "--logical-date and --force are for runs by hand, not for a schedule",
+            raw,
+        )
+    if options.command == "run_job":
+        raise CrontabError(
+            path, lineno, "write the command itself: every line already runs run_job", raw
+        )
+    if known is not None and options.command not in known:
+        raise CrontabError(
+            path,
+            lineno,
+            f"unknown management command {options.command!r} (see `manage.py help` for "
+            "the commands this project has)",
+            raw,
+        )
+    if check_args is not None:
+        problem = check_args(options.command, options.args)
+        if problem:
+            raise CrontabError(
+                path, lineno, f"{options.command}'s arguments: {problem.strip()}", raw
+            )
+    name = options.job_name
+    if not _JOB_NAME.match(name):
+        raise CrontabError(
+            path,
+            lineno,
+            f"job name {name!r} must be 1-100 of a-z, 0-9, '_' and '-': add --name=",
+            raw,
+        )
+    return Job(
+        name=name,
+        schedule=when if when.startswith("@") else " ".join(when.split()),
+        options=options,
+        argv=argv,
+        path=path,
+        lineno=lineno,
+    )
+
+
+def load_schedule(
+    directory: Path | str | None = None, known_commands=None, check_args: bool = False
+) -> Schedule:
+    """Every job in `directory/*.cron` (name order); CrontabError on the first problem.
+
+    `check_args=True` also runs each job's arguments through its command's parser (the
+    installer and `manage.py check` do; a run does not pay for it).
+    """
     if directory is None:
         from django.conf import settings
 
@@ -241,6 +449,7 @@ def load_schedule(directory: Path | str | None = None, known_commands=None) -> S
         from django.core.management import get_commands
 
         known_commands = get_commands()
+    checker = ArgsChecker() if check_args else None
     directory = Path(directory)
     if not directory.is_dir():
         raise CrontabError(directory, 0, "no such directory (set OPS_CRONTAB_DIR)")
@@ -250,8 +459,8 @@ def load_schedule(directory: Path | str | None = None, known_commands=None) -> S
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise CrontabError(path, 0, f"cannot read: {exc}") from None
-        part = parse_text(text, str(path), known_commands)
+            raise CrontabError(path, 0, f"cannot read: {exc} (crontab.d files are UTF-8)") from None
+        part = parse_text(text, str(path), known_commands, checker)
         for job in part.jobs:
             if job.name in seen:
                 first = seen[job.name]
@@ -259,11 +468,19 @@ def load_schedule(directory: Path | str | None = None, known_commands=None) -> S
                     path,
                     job.lineno,
                     f"duplicate job name {job.name!r} (first at "
-                    f"{first.path}:{first.lineno}); add --name=",
+                    f"{first.path}:{first.lineno}); give one of them --name=",
                 )
             seen[job.name] = job
         if part.mailto is not None:
-            result.mailto = part.mailto
+            if result.mailto is not None:
+                lineno = int(part.mailto_at.rsplit(":", 1)[1])
+                raise CrontabError(
+                    path,
+                    lineno,
+                    f"MAILTO is already set at {result.mailto_at}: set it once, it applies to "
+                    "every job",
+                )
+            result.mailto, result.mailto_at = part.mailto, part.mailto_at
         result.jobs.extend(part.jobs)
         result.files.append(str(path))
     return result
