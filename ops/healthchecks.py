@@ -5,9 +5,11 @@ and nothing here raises. URLs carry the project's ping key, so they are never pr
 name the job and the kind of ping only.
 """
 
+import http.client
 import logging
 import threading
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 
@@ -108,11 +110,6 @@ class Pinger:
         return body[-limit:] if len(body) > limit else body
 
     def _send(self, kind: str, suffix: str, body: bytes, deadline: float) -> bool:
-        try:
-            import requests  # deferred: most of its import cost lands off the job's start
-        except ImportError:  # pragma: no cover
-            log.warning("job %s: %s ping not sent: requests is not installed", self.job, kind)
-            return False
         query = f"rid={self.rid}" + (f"&{self.query}" if self.query else "")
         url = f"{self.url}{suffix}?{query}"
         reason = ""
@@ -121,26 +118,20 @@ class Pinger:
             if remaining <= 0.05:
                 break
             try:
-                response = requests.post(
-                    url,
-                    data=body,
-                    timeout=min(ATTEMPT_TIMEOUT, remaining),
-                    headers={"User-Agent": "cronops"},
-                )
-            except requests.RequestException as exc:
-                # The exception's text contains the URL (and so the key): name its class only.
+                status, headers, text = post(url, body, timeout=min(ATTEMPT_TIMEOUT, remaining))
+            except (OSError, http.client.HTTPException) as exc:
+                # Exception texts may carry the URL, and so the key: name the class only.
                 reason = type(exc).__name__
             else:
-                limit = response.headers.get("Ping-Body-Limit", "")
+                limit = headers.get("Ping-Body-Limit", "")
                 if limit.isdigit():
                     self.body_limit = int(limit)
-                if response.status_code in (200, 201):
-                    text = response.text.strip()[:60]
+                if status in (200, 201):
                     if text not in ("OK", "Created"):
                         log.warning("job %s: %s ping answered %r", self.job, kind, text)
                     return True
-                reason = f"HTTP {response.status_code}"
-                if response.status_code not in RETRY_STATUSES:
+                reason = f"HTTP {status}"
+                if status not in RETRY_STATUSES:
                     break
             if attempt < len(BACKOFF):
                 time.sleep(max(0.0, min(BACKOFF[attempt], deadline - time.monotonic() - 0.05)))
@@ -151,3 +142,29 @@ class Pinger:
             reason or "no time left in the ping budget",
         )
         return False
+
+
+def post(url: str, body: bytes, timeout: float) -> tuple[int, http.client.HTTPMessage, str]:
+    """One POST; (status, headers, first 60 characters of the body).
+
+    The standard library's http.client rather than requests: pings run on every cron run, and
+    importing requests cost 67 ms of a 456 ms Django start-up (bench/RESULTS.md, P1).
+    """
+    parts = urllib.parse.urlsplit(url)
+    conn_class = (
+        http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    )
+    conn = conn_class(parts.hostname, parts.port, timeout=timeout)
+    try:
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request(
+            "POST",
+            path,
+            body=body,
+            headers={"User-Agent": "cronops", "Content-Type": "text/plain; charset=utf-8"},
+        )
+        response = conn.getresponse()
+        text = response.read(200).decode("utf-8", "replace").strip()[:60]
+        return response.status, response.headers, text
+    finally:
+        conn.close()

@@ -536,7 +536,7 @@ def test_no_secret_from_the_env_file_appears_in_output_history_or_ping_bodies(
         OPS_PING_BUDGET_SECONDS=2,
     )
     project.add_command("t_boom", "print('working'); raise RuntimeError('kaput')")
-    project.write_cron("t.cron", "0 0 * * * t_boom\n@daily --name=ok-job check\n")
+    project.write_cron("t.cron", "0 0 * * * t_boom\n@daily --name=ok-job sleep_demo --seconds=0\n")
     outputs = [project.run_job("t_boom"), project.run_job("ok-job"), project.run_job("ok-job")]
     text = "".join(r.stdout + r.stderr for r in outputs)
     text += json.dumps(project.db.query("SELECT * FROM ops_jobrun"), default=str)

@@ -32,10 +32,10 @@ def test_the_repeated_autumn_hour_does_not_run_a_job_twice_in_berlin(db, setting
     settings.TIME_ZONE = "Europe/Berlin"
     settings.OPS_LOCK_DIR = tmp_path / "lock"
     settings.OPS_CRONTAB_DIR = tmp_path
-    (tmp_path / "t.cron").write_text("*/30 * * * * check\n")
+    (tmp_path / "t.cron").write_text("*/30 * * * * sleep_demo --seconds=0\n")
     # cron fires the wildcard job at 02:30 CEST and again at 02:30 CET.
-    assert run_at("2026-10-25T02:30:02+02:00", "check") == 0
-    assert run_at("2026-10-25T02:30:02+01:00", "check") == 0
+    assert run_at("2026-10-25T02:30:02+02:00", "sleep_demo") == 0
+    assert run_at("2026-10-25T02:30:02+01:00", "sleep_demo") == 0
     runs = list(JobRun.objects.order_by("id").values_list("slot", "outcome", "note"))
     assert runs == [
         ("2026-10-25 02:30", "succeeded", ""),
@@ -47,9 +47,9 @@ def test_the_skipped_spring_hour_still_runs_the_0230_job_once_that_day(db, setti
     settings.TIME_ZONE = "Europe/Berlin"
     settings.OPS_LOCK_DIR = tmp_path / "lock"
     settings.OPS_CRONTAB_DIR = tmp_path
-    (tmp_path / "t.cron").write_text("30 2 * * * check\n")
-    assert run_at("2026-03-29T03:00:03+02:00", "check") == 0  # cron runs it after the jump
-    assert run_at("2026-03-29T09:00:00+02:00", "check") == 0  # a manual re-run: no-op
+    (tmp_path / "t.cron").write_text("30 2 * * * sleep_demo --seconds=0\n")
+    assert run_at("2026-03-29T03:00:03+02:00", "sleep_demo") == 0  # cron runs it after the jump
+    assert run_at("2026-03-29T09:00:00+02:00", "sleep_demo") == 0  # a manual re-run: no-op
     claims = list(SlotClaim.objects.values_list("logical_date", "state"))
     assert [(str(d), s) for d, s in claims] == [("2026-03-29", "succeeded")]
     assert JobRun.objects.filter(outcome="skipped").count() == 1
