@@ -1,0 +1,80 @@
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from ops import hcsync
+from ops.crontabd import CrontabError, load_schedule
+from ops.hcapi import ApiError, HealthchecksAPI
+
+EXIT_API = 1
+EXIT_USAGE = 2
+
+
+class Command(BaseCommand):
+    help = (
+        "Create or update one healthchecks.io check per job in crontab.d (Management API v3: "
+        "HEALTHCHECKS_API_URL, HEALTHCHECKS_API_KEY), so a run that never starts alerts too."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--dry-run", action="store_true", help="show what would change, change nothing"
+        )
+        parser.add_argument(
+            "--prune",
+            action="store_true",
+            help="delete checks with the project tag whose job is no longer in crontab.d",
+        )
+
+    def handle(self, *args, dry_run=False, prune=False, verbosity=1, **options):
+        if not settings.HEALTHCHECKS_API_KEY:
+            raise CommandError(
+                "HEALTHCHECKS_API_KEY is not set: put the project's read-write API key "
+                "(healthchecks.io → Project Settings → API Access) in .env",
+                returncode=EXIT_USAGE,
+            )
+        tag = hcsync.project_tag(settings)
+        problem = hcsync.validate_tag(tag)
+        if problem:
+            raise CommandError(problem, returncode=EXIT_USAGE)
+        try:
+            schedule = load_schedule()
+        except CrontabError as exc:
+            raise CommandError(str(exc), returncode=EXIT_USAGE) from None
+        if prune and not schedule.jobs:
+            raise CommandError(
+                "crontab.d has no jobs: refusing to --prune every check of the project",
+                returncode=EXIT_USAGE,
+            )
+        api = HealthchecksAPI(settings.HEALTHCHECKS_API_URL, settings.HEALTHCHECKS_API_KEY)
+        try:
+            tagged = api.list_checks(tag)
+            others = api.list_checks() if hcsync.needs_full_list(schedule, tagged) else None
+            changes = hcsync.plan(
+                schedule,
+                tagged,
+                others,
+                tag=tag,
+                tz=settings.TIME_ZONE,
+                channels=settings.HEALTHCHECKS_CHANNELS,
+                prune=prune,
+            )
+            if not dry_run:
+                self._apply(api, changes, tag)
+        except ApiError as exc:
+            raise CommandError(f"healthchecks.io: {exc}", returncode=EXIT_API) from None
+        for change in changes:
+            if change.action == "unchanged":
+                if verbosity > 1:
+                    self.stdout.write(f"{'unchanged':<12} {change.slug}")
+                continue
+            if dry_run or change.action == "stale":
+                self.stdout.write(hcsync.describe(change, tag, dry_run))
+        self.stdout.write(hcsync.summary(changes, dry_run))
+
+    def _apply(self, api, changes, tag):
+        """Write the changes one by one, printing each as it is done."""
+        for change in changes:
+            if not change.writes:
+                continue
+            hcsync.apply(api, [change])
+            self.stdout.write(self.style.SUCCESS(hcsync.describe(change, tag, dry_run=False)))
