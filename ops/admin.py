@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from .models import JobRun, Outcome, SlotClaim
+from .status import history_job_names
 
 
 def _seconds(value: float | None) -> str:
@@ -25,23 +26,12 @@ def _seconds(value: float | None) -> str:
     return f"{value / 3600:.1f} h"
 
 
-def job_names(model) -> list[str]:
-    """Distinct job names by a loose index scan (one index seek per name, not a table scan)."""
-    names: list[str] = []
-    rows = model.objects.order_by("job").values_list("job", flat=True)
-    name = rows.first()
-    while name is not None:
-        names.append(name)
-        name = rows.filter(job__gt=name).first()
-    return names
-
-
 class JobFilter(admin.SimpleListFilter):
     title = "job"
     parameter_name = "job"
 
     def lookups(self, request, model_admin):
-        return [(name, name) for name in job_names(model_admin.model)]
+        return [(name, name) for name in history_job_names(model_admin.model)]
 
     def queryset(self, request, queryset):
         if self.value():

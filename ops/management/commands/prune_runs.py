@@ -1,0 +1,40 @@
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from ops.durations import parse_duration
+from ops.retention import prune_runs
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete run history older than DURATION (each job's latest run and latest success are "
+        "kept; slot claims are kept)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--older-than",
+            required=True,
+            metavar="DURATION",
+            help="age of the runs to delete: 90d, 12h, 30m, 45s",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="count what would be deleted, delete nothing"
+        )
+
+    def handle(self, *args, older_than, dry_run=False, verbosity=1, **options):
+        try:
+            seconds = parse_duration(older_than)
+        except ValueError as exc:
+            raise CommandError(f"--older-than: {exc}", returncode=2) from None
+        result = prune_runs(now=timezone.now(), older_than=seconds, dry_run=dry_run)
+        cutoff = timezone.localtime(result.cutoff).strftime("%Y-%m-%d %H:%M %Z")
+        if verbosity > 1:
+            for job, count in result.per_job.items():
+                self.stdout.write(f"{job}: {count:,}")
+        verb = "would delete" if dry_run else "deleted"
+        self.stdout.write(
+            f"prune_runs: {verb} {result.deleted:,} runs started before {cutoff} "
+            f"({len(result.per_job)} jobs; each job's latest run and latest success kept, "
+            "slot claims kept)"
+        )

@@ -1,0 +1,154 @@
+"""prune_runs: retention for the run history, and its line in the project's own crontab.d."""
+
+import datetime as dt
+import io
+from pathlib import Path
+
+import pytest
+import time_machine
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from ops.crontabd import parse_text
+from ops.models import JobRun, Outcome, SlotClaim
+from ops.retention import prune_runs
+
+REPO = Path(__file__).resolve().parent.parent
+NOW = dt.datetime(2026, 11, 29, 4, 30, tzinfo=dt.UTC)
+
+
+def make_run(job, days_ago, outcome=Outcome.SUCCEEDED, claim=True):
+    started = NOW - dt.timedelta(days=days_ago)
+    slot = started.strftime("%Y-%m-%d %H:%M")
+    run = JobRun.objects.create(
+        job=job,
+        slot=slot,
+        logical_date=started.date(),
+        scheduled_at=started,
+        outcome=outcome,
+        exit_code=0 if outcome == Outcome.SUCCEEDED else 1,
+        started_at=started,
+        finished_at=started,
+        duration=1.0,
+        host="h",
+        pid=1,
+        output_tail="x" * 1000,
+    )
+    if claim:
+        SlotClaim.objects.create(
+            job=job,
+            slot=slot,
+            logical_date=started.date(),
+            state=outcome,
+            run=run,
+            host="h",
+            pid=1,
+            started_at=started,
+            heartbeat_at=started,
+        )
+    return run
+
+
+def prune(*args):
+    out = io.StringIO()
+    with time_machine.travel(NOW, tick=False):
+        call_command("prune_runs", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_runs_older_than_90_days_are_deleted_and_newer_ones_kept():
+    old = [make_run("daily", d) for d in (200, 150, 91)]
+    recent = [make_run("daily", d) for d in (89, 10, 1)]
+    out = prune("--older-than=90d")
+    assert set(JobRun.objects.values_list("pk", flat=True)) == {r.pk for r in recent}
+    assert out.strip() == (
+        "prune_runs: deleted 3 runs started before 2026-08-31 04:30 UTC (1 jobs; each job's "
+        "latest run and latest success kept, slot claims kept)"
+    )
+    assert not JobRun.objects.filter(pk__in=[r.pk for r in old]).exists()
+
+
+@pytest.mark.django_db
+def test_slot_claims_survive_so_a_done_slot_stays_done():
+    run = make_run("daily", 120)
+    make_run("daily", 1)
+    prune("--older-than=90d")
+    claim = SlotClaim.objects.get(slot=run.slot)
+    assert claim.state == Outcome.SUCCEEDED
+    assert claim.run_id is None
+    assert SlotClaim.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_each_jobs_latest_run_and_latest_success_survive_however_old():
+    success = make_run("yearly", 400)
+    failure = make_run("yearly", 300, Outcome.FAILED)
+    make_run("yearly", 700)
+    make_run("yearly", 299, Outcome.SKIPPED, claim=False)  # a skip is not the latest attempt
+    prune("--older-than=90d")
+    assert set(JobRun.objects.values_list("pk", flat=True)) == {success.pk, failure.pk}
+
+
+@pytest.mark.django_db
+def test_dry_run_counts_and_deletes_nothing():
+    for d in (200, 150, 100, 5):
+        make_run("daily", d)
+    out = prune("--older-than=90d", "--dry-run")
+    assert out.startswith("prune_runs: would delete 3 runs started before 2026-08-31 04:30 UTC")
+    assert JobRun.objects.count() == 4
+
+
+@pytest.mark.django_db
+def test_deletion_goes_in_batches_across_jobs():
+    for job in ("a", "b"):
+        for d in range(100, 111):
+            make_run(job, d)
+        make_run(job, 1)
+    result = prune_runs(now=NOW, older_than=90 * 86400, batch=3)
+    assert result.deleted == 22
+    assert result.per_job == {"a": 11, "b": 11}
+    assert JobRun.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_bad_duration_is_one_line_and_exit_2():
+    with pytest.raises(CommandError) as error:
+        prune("--older-than=ninety days")
+    assert error.value.returncode == 2
+    assert str(error.value) == (
+        "--older-than: bad duration 'ninety days': use a positive number with s, m, h or d "
+        "(90s, 30m, 2h)"
+    )
+
+
+def test_the_project_schedules_its_own_housekeeping_in_crontab_d():
+    path = REPO / "crontab.d" / "95-cronops.cron"
+    schedule = parse_text(path.read_text(), str(path))
+    (job,) = schedule.jobs
+    assert job.name == "prune-runs"
+    assert job.schedule == "30 4 * * *"
+    assert job.options.command == "prune_runs"
+    assert job.options.args == ["--older-than=90d"]
+    assert job.options.timeout == 1800
+    assert job.description.startswith("cronops housekeeping")
+
+
+def test_cron_runs_the_prune_through_run_job_on_the_real_database(project):
+    project.write_cron("95-cronops.cron", (REPO / "crontab.d" / "95-cronops.cron").read_text())
+    now = dt.datetime.now(dt.UTC)
+    sqlite = project.db.backend == "sqlite"
+    for i, days in enumerate((200, 120, 2)):
+        started = now - dt.timedelta(days=days)
+        value = started.replace(tzinfo=None).isoformat(" ") if sqlite else started
+        project.db.execute(
+            "INSERT INTO ops_jobrun (id, job, slot, outcome, note, exit_code, started_at, "
+            "host, pid, rid, command, output_tail) VALUES (?, 'export', '', 'succeeded', '', 0, "
+            "?, 'h', 1, '', 'export', 'out')",
+            (1000 + i, value),
+        )
+    result = project.run_job("prune-runs")
+    assert result.returncode == 0, result.stderr
+    assert "prune_runs: deleted 2 runs started before" in result.stdout
+    assert project.db.query("SELECT id FROM ops_jobrun WHERE job = 'export'") == [(1002,)]
+    assert [r[3] for r in project.db.runs("prune-runs")] == ["succeeded"]
