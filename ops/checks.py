@@ -18,7 +18,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from .crontab import tz_hint, tz_mismatch
+from .crontab import redact, secrets_of, tz_hint, tz_mismatch
 from .crontabd import CrontabError, load_schedule
 
 
@@ -36,7 +36,7 @@ def check_crontabd(app_configs=None, **kwargs):
     if error is not None:
         messages.append(
             Error(
-                f"crontab.d: {error}",
+                redact(f"crontab.d: {error}", secrets_of(settings)),
                 hint="fix that line (format: README, 'The schedule'); install_crontab refuses "
                 "to install until it is valid",
                 id="ops.E001",

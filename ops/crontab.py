@@ -140,6 +140,14 @@ def check_rendered(block: str, schedule: Schedule) -> None:
         raise InstallError("internal error: python-crontab does not read the rendered block back")
 
 
+def redact(text: str, secrets: dict[str, str]) -> str:
+    """`text` with every secret's value replaced by its name (for messages)."""
+    for name, value in secrets.items():
+        if value and len(value) >= 8:
+            text = text.replace(value, f"<{name}>")
+    return text
+
+
 def check_no_secrets(block: str, secrets: dict[str, str]) -> None:
     for name, value in secrets.items():
         if value and len(value) >= 8 and value in block:
@@ -554,7 +562,8 @@ def install_crontab(
             try:
                 schedule = load_schedule(check_args=True)
             except CrontabError as exc:
-                raise InstallError(f"crontab.d: {exc}", EXIT_CRONTABD) from None
+                message = redact(f"crontab.d: {exc}", secrets_of(settings))
+                raise InstallError(message, EXIT_CRONTABD) from None
         if not allow_tz_mismatch:
             problem = tz_mismatch(settings.TIME_ZONE)
             if problem:
@@ -584,7 +593,7 @@ def install_crontab(
             f"{target.describe()} (after install_crontab)",
         )
         lines = [line.rstrip("\n") for line in diff] if dry_run else []
-        return Result(True, summary, [*lines, f"dry run, nothing changed: {message}"])
+        return Result(True, summary, [*lines, f"nothing changed (dry run): would have {message}"])
     target.check(new, old, block)
     if not remove:
         _ensure_log_dir(paths.log_dir, user)

@@ -47,7 +47,10 @@ _MAILTO = re.compile(r"^[^\s,;'\"\\`$|&<>()%]+$")
 # What other crons accept and Debian's does not (or reads differently).
 _FOREIGN_SYNTAX = [
     ("~", "'~' (random value) is a systemd/OpenBSD extension; Debian's cron reads 0~30 as 0"),
-    ("#", "'#' (nth weekday) is Quartz/cronie syntax; Debian's cron reads 1#2 as every 1"),
+    (
+        "#",
+        "'#' (nth weekday) is Quartz/cronie syntax; Debian's cron ignores '#2' and reads 1#2 as 1",
+    ),
     ("?", "'?' is Quartz syntax; Debian's cron has no '?'"),
     ("L", "'L' (last day) is Quartz syntax; Debian's cron has no 'L'"),
     ("W", "'W' (nearest weekday) is Quartz syntax; Debian's cron has no 'W'"),
@@ -457,7 +460,7 @@ def load_schedule(
     seen: dict[str, Job] = {}
     for path in sorted(directory.glob("*.cron")):
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_bytes().decode("utf-8")  # no newline translation: a CR is an error
         except (OSError, UnicodeDecodeError) as exc:
             raise CrontabError(path, 0, f"cannot read: {exc} (crontab.d files are UTF-8)") from None
         part = parse_text(text, str(path), known_commands, checker)
@@ -469,6 +472,7 @@ def load_schedule(
                     job.lineno,
                     f"duplicate job name {job.name!r} (first at "
                     f"{first.path}:{first.lineno}); give one of them --name=",
+                    f"{job.schedule} {shlex.join(job.argv)}",
                 )
             seen[job.name] = job
         if part.mailto is not None:

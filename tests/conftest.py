@@ -270,3 +270,75 @@ def ping_server(httpserver):
     """pytest-httpserver on 127.0.0.1 answering every ping 200 OK; the log is httpserver.log."""
     httpserver.expect_request("").respond_with_data("OK", headers={"Ping-Body-Limit": "100000"})
     return httpserver
+
+
+# --- throwaway system users with their own crontab (issue 3: install_crontab, cron e2e) ---
+
+
+class CronUser:
+    """A system user created for one test (never root: root's crontab is never touched)."""
+
+    def __init__(self, name: str, home: Path):
+        self.name, self.home = name, home
+
+    def crontab(self) -> bytes | None:
+        """`crontab -l` for this user, as bytes; None when the user has no crontab."""
+        result = subprocess.run(["crontab", "-l", "-u", self.name], capture_output=True)
+        if result.returncode != 0:
+            assert b"no crontab for" in result.stderr, result.stderr
+            return None
+        return result.stdout
+
+    def set_crontab(self, data: bytes) -> None:
+        path = self.home / "initial.cron"
+        path.write_bytes(data)
+        result = subprocess.run(["crontab", "-u", self.name, str(path)], capture_output=True)
+        assert result.returncode == 0, result.stderr
+        path.unlink()
+
+
+@pytest.fixture
+def cron_user():
+    """A throwaway system user (useradd, as root) with a home under /tmp; removed afterwards."""
+    import tempfile
+
+    require(
+        os.geteuid() == 0 and bool(shutil.which("useradd")) and bool(shutil.which("crontab")),
+        "needs root, useradd and Debian's crontab (run .ci/services.sh as root)",
+    )
+    name = f"cronops-{uuid.uuid4().hex[:10]}"
+    home = Path(tempfile.mkdtemp(prefix=f"{name}-", dir="/tmp"))
+    home.chmod(0o755)
+    subprocess.run(
+        ["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/sh", name],
+        check=True,
+        capture_output=True,
+    )
+    shutil.chown(home, name, name)
+    try:
+        yield CronUser(name, home)
+    finally:
+        subprocess.run(["crontab", "-r", "-u", name], capture_output=True)
+        subprocess.run(["userdel", name], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+ECHO_ARGS = '''"""Test command: prints its arguments as JSON (proves what reached the command)."""
+import json
+
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    def add_arguments(self, parser):
+        parser.add_argument("words", nargs="*")
+
+    def handle(self, *args, **options):
+        self.stdout.write("ARGS " + json.dumps(options["words"]))
+'''
+
+
+def add_echo_args(directory: Path) -> None:
+    """Give a deployed copy an `echo_args` management command (test-only)."""
+    target = directory / "commands" / "management" / "commands" / "echo_args.py"
+    target.write_text(ECHO_ARGS)

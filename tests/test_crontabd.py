@@ -1,0 +1,106 @@
+"""The crontab.d parser and validator, in process: what it accepts, and every way it refuses."""
+
+import re
+from pathlib import Path
+
+import pytest
+from django.core.management import get_commands
+
+from ops.crontabd import CrontabError, load_schedule, parse_text, validate_schedule
+
+BAD = Path(__file__).parent / "data" / "bad_crontabs"
+CORPUS = sorted(BAD.glob("*.cron"))
+GOOD = "# Charge every active subscription.\n0 3 * * * charge_daily\n"
+
+
+def expectation(path: Path) -> tuple[int, str]:
+    """Each corpus file starts with `# expect <line>: <part of the message>`."""
+    first = path.read_text(encoding="utf-8").split("\n", 1)[0]
+    match = re.match(r"^# expect (\d+): (.+)$", first)
+    assert match, f"{path.name} lacks its `# expect N: …` line"
+    return int(match.group(1)), match.group(2)
+
+
+def test_the_corpus_has_at_least_thirty_malformed_inputs():
+    assert len(CORPUS) >= 30
+
+
+@pytest.mark.parametrize("bad", CORPUS, ids=[p.stem for p in CORPUS])
+def test_each_malformed_file_is_refused_with_its_file_line_and_a_reason(bad, tmp_path):
+    directory = tmp_path / "crontab.d"
+    directory.mkdir()
+    (directory / "10-good.cron").write_text(GOOD)
+    target = directory / f"50-{bad.name}"
+    target.write_bytes(bad.read_bytes())
+    lineno, reason = expectation(bad)
+
+    with pytest.raises(CrontabError) as caught:
+        load_schedule(directory, get_commands(), check_args=True)
+
+    message = str(caught.value)
+    assert message.startswith(f"{target}:{lineno}: "), message
+    assert reason in message
+    assert "\n" not in message and "\r" not in message
+
+
+def test_a_valid_directory_gives_every_job_with_its_description_and_options(tmp_path):
+    directory = tmp_path / "crontab.d"
+    directory.mkdir()
+    (directory / "10-billing.cron").write_text(
+        "MAILTO=ops@example.com\n"
+        "# Charge active subscriptions\n# once per logical day.\n"
+        "0 3 * * *   --catch-up=3 --timeout=30m charge_daily\n"
+    )
+    (directory / "20-misc.cron").write_text(
+        "\n@daily --name=clear-sessions clearsessions\n"
+        "*/15 9-17 * jan-jun mon-fri --quiet --name=weekday-clear clearsessions\n"
+    )
+
+    schedule = load_schedule(directory, get_commands(), check_args=True)
+
+    assert [j.name for j in schedule.jobs] == ["charge_daily", "clear-sessions", "weekday-clear"]
+    charge = schedule.get("charge_daily")
+    assert charge.description == "Charge active subscriptions once per logical day."
+    assert charge.options.catch_up == 3 and charge.options.timeout == 1800
+    assert charge.cron_expr == "0 3 * * *"
+    assert schedule.get("clear-sessions").cron_expr == "0 0 * * *"
+    assert schedule.get("weekday-clear").options.quiet is True
+    assert schedule.mailto == "ops@example.com"
+
+
+def test_the_projects_own_crontab_d_is_valid():
+    schedule = load_schedule(Path(__file__).parent.parent / "crontab.d", check_args=True)
+    assert {j.name for j in schedule.jobs} >= {"charge_daily", "clear-sessions"}
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "* * * * *",
+        "0 0 29 2 *",  # leap days exist
+        "0 0 31 4 1",  # day 31 OR Monday: fires on Mondays
+        "*/59 */23 */30 */11 */7",
+        "0 9 * * MON-FRI",
+        "0,30 8-18/2 1,15 jan,jul sun",
+        "@reboot",
+        "@hourly",
+    ],
+)
+def test_schedules_debian_cron_reads_as_written_are_accepted(schedule):
+    assert validate_schedule(schedule) is None
+
+
+def test_percent_signs_and_shell_syntax_in_arguments_are_kept_literally():
+    text = "0 3 * * * charge_daily --logical-date='2026-01-01' \"; touch /tmp/x\" '100%'\n"
+    # charge_daily's own arguments are checked only with check_args; here the raw argv matters
+    job = parse_text(text, "x.cron", known_commands={"charge_daily"}).jobs[0]
+    assert job.argv[-2:] == ["; touch /tmp/x", "100%"]
+
+
+def test_a_comment_separated_by_a_blank_line_is_not_a_description():
+    text = "# about something else\n\n0 3 * * * charge_daily\n"
+    assert parse_text(text, "x.cron").jobs[0].description == ""
+
+
+def test_mailto_may_be_empty_to_send_no_mail():
+    assert parse_text('MAILTO=""\n', "x.cron").mailto == ""

@@ -1,0 +1,376 @@
+"""install_crontab on real crontabs: throwaway users' crontabs through Debian's `crontab`, and
+tab files. Every test runs `manage.py install_crontab` of a deployed copy as a real process."""
+
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from .conftest import PING_KEY, add_echo_args
+from .test_crontabd import CORPUS, expectation
+
+GOOD = "# Charge every active subscription.\n0 3 * * * charge_daily\n"
+MINUS = "\u2212"
+
+# Lines python-crontab is known to rewrite or drop, and other lines a crontab really has.
+FOREIGN = (
+    b"# m h dom mon dow command (the stock header)\n"
+    b"SHELL=/bin/sh\n"
+    b"NAME = value with spaces\n"
+    b"  PADDED=1\n"
+    b'QUOTED = "a b"\n'
+    b"0 0 * * * /usr/local/bin/backup --daily\n"
+    b"00 07 * * 0,7 echo sunday\n"
+    b"*/5 * * * *\t/usr/bin/true\t# tab separated\n"
+    b"5-1 * * * * echo python-crontab cannot parse this\n"
+    b"0 0 * * *\n"
+    b"#Ansible: certbot renew\n"
+    b"17 4 * * * certbot renew -q\n"
+    b"0 0 * * * echo 100\\% done\n"
+    b"@reboot /opt/other/start.sh\n"
+    b"MAILTO=someone@example.com\n"
+    b"# BEGIN cronops /srv/other-project (managed by `manage.py install_crontab`: edit "
+    b"crontab.d/, not these lines)\n"
+    b"# job other: another project's job\n"
+    b"0 1 * * * cd /srv/other-project && ./venv/bin/python manage.py run_job other\n"
+    b"# END cronops /srv/other-project\n"
+    b"# \xc3\xa9t\xc3\xa9 and a trailing space \n"
+)
+
+
+def install(project, *args, env=None):
+    return project.manage("install_crontab", *args, env=env)
+
+
+def our_block(data: bytes, project) -> bytes:
+    text = data.decode()
+    start = text.index(f"# BEGIN cronops {project.dir}")
+    end = text.index(f"# END cronops {project.dir}\n") + len(f"# END cronops {project.dir}\n")
+    return text[start:end].encode()
+
+
+def without_block(data: bytes, project) -> bytes:
+    return data.replace(our_block(data, project), b"")
+
+
+@pytest.mark.parametrize("bad", CORPUS, ids=[p.stem for p in CORPUS])
+def test_a_malformed_crontab_d_leaves_the_installed_crontab_byte_identical(
+    bad, sqlite_project, cron_user
+):
+    sqlite_project.write_cron("10-good.cron", GOOD)
+    assert install(sqlite_project, "--user", cron_user.name).returncode == 0
+    before = cron_user.crontab()
+    target = sqlite_project.dir / "crontab.d" / f"50-{bad.name}"
+    target.write_bytes(bad.read_bytes())
+    lineno, reason = expectation(bad)
+
+    result = install(sqlite_project, "--user", cron_user.name)
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{target}:{lineno}: " in result.stderr
+    assert reason in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert cron_user.crontab() == before
+
+
+def test_foreign_lines_survive_install_reinstall_change_and_remove_byte_for_byte(
+    sqlite_project, cron_user
+):
+    cron_user.set_crontab(FOREIGN)
+    assert cron_user.crontab() == FOREIGN
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+
+    first = install(sqlite_project, "--user", cron_user.name)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == f"installed 1 jobs: +1 {MINUS}0 ~0"
+    installed = cron_user.crontab()
+    assert installed.startswith(FOREIGN)  # every foreign byte, in place, block last
+    assert installed.endswith(f"# END cronops {sqlite_project.dir}\n".encode())
+
+    again = install(sqlite_project, "--user", cron_user.name)
+    assert again.returncode == 0 and again.stdout.strip() == "crontab up to date"
+    assert cron_user.crontab() == installed
+
+    sqlite_project.write_cron(
+        "10-billing.cron",
+        "MAILTO=ops@example.com\n0 4 * * * charge_daily\n@daily --name=clear-sessions "
+        "clearsessions\n",
+    )
+    changed = install(sqlite_project, "--user", cron_user.name)
+    assert changed.stdout.strip() == f"installed 2 jobs: +1 {MINUS}0 ~1"
+    after_change = cron_user.crontab()
+    assert without_block(after_change, sqlite_project) == FOREIGN
+    assert b"MAILTO=ops@example.com\n" in our_block(after_change, sqlite_project)
+
+    removed = install(sqlite_project, "--user", cron_user.name, "--remove")
+    assert removed.returncode == 0, removed.stderr
+    assert cron_user.crontab() == FOREIGN
+
+
+def test_a_block_that_is_not_last_is_moved_to_the_end_and_foreign_lines_keep_their_order(
+    sqlite_project, cron_user
+):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    install(sqlite_project, "--user", cron_user.name)
+    appended = cron_user.crontab() + b"FOO=bar\n30 2 * * * echo added later by hand\n"
+    cron_user.set_crontab(appended)
+
+    result = install(sqlite_project, "--user", cron_user.name)
+
+    assert result.returncode == 0, result.stderr
+    data = cron_user.crontab()
+    assert data.endswith(our_block(data, sqlite_project))
+    assert without_block(data, sqlite_project) == without_block(appended, sqlite_project)
+
+
+def test_arguments_with_shell_syntax_reach_the_command_literally_and_never_run(
+    sqlite_project, tmp_path
+):
+    add_echo_args(sqlite_project.dir)
+    marker = Path(f"/tmp/cronops-pwned-{uuid.uuid4().hex}")
+    words = [
+        f"; touch {marker}",
+        f"$(touch {marker})",
+        f"`touch {marker}`",
+        "100% done, 50%% left, \\%d and a back\\slash",
+        'it\'s "quoted"',
+        "",
+    ]
+    sqlite_project.write_cron(
+        "10-echo.cron", "* * * * * --no-ping echo_args " + shlex.join(words) + "\n"
+    )
+    tab = tmp_path / "tab"
+    assert install(sqlite_project, "--tabfile", str(tab)).returncode == 0
+    line = next(x for x in tab.read_text().splitlines() if "run_job" in x)
+    command = line.split(None, 5)[5]
+
+    # what Debian's cron hands to /bin/sh: `\%` becomes `%`, an unescaped `%` ends the command
+    shell_text = cron_percent(command)
+    result = subprocess.run(
+        ["/bin/sh", "-c", shell_text],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SHELL": "/bin/sh"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+
+    assert result.returncode == 0, result.stderr
+    log = (sqlite_project.dir / "var" / "log" / "echo_args.log").read_text()
+    printed = next(x for x in log.splitlines() if x.startswith("ARGS "))
+    assert json.loads(printed[5:]) == words
+    assert not marker.exists()
+
+
+def cron_percent(command: str) -> str:
+    """Debian cron's do_command: `\\%` → `%`; the first unescaped `%` ends the command."""
+    out, escaped = [], False
+    for ch in command:
+        if escaped:
+            if ch == "%":
+                out[-1] = "%"
+            else:
+                out.append(ch)
+            escaped = False
+            continue
+        if ch == "%":
+            break
+        out.append(ch)
+        escaped = ch == "\\"
+    return "".join(out)
+
+
+def test_each_line_cds_into_the_project_and_runs_the_absolute_venv_python_with_a_log(
+    sqlite_project, tmp_path
+):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    tab = tmp_path / "tab"
+    install(sqlite_project, "--tabfile", str(tab))
+    import sys
+
+    lines = tab.read_text().splitlines()
+    job = next(x for x in lines if "run_job" in x)
+    log = sqlite_project.dir / "var" / "log" / "charge_daily.log"
+    assert job == (
+        f"0 3 * * * cd {sqlite_project.dir} && {sys.executable} {sqlite_project.dir}/manage.py "
+        f"run_job charge_daily >> {log} 2>&1"
+    )
+    assert "# job charge_daily: Charge every active subscription." in lines
+    assert log.parent.is_dir()
+
+
+def test_dry_run_prints_a_unified_diff_and_changes_nothing(sqlite_project, tmp_path):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    tab = tmp_path / "tab"
+    tab.write_bytes(FOREIGN)
+
+    result = install(sqlite_project, "--tabfile", str(tab), "--dry-run")
+
+    assert result.returncode == 0, result.stderr
+    assert f"--- {tab} (installed)" in result.stdout
+    assert re.search(r"^\+0 3 \* \* \* cd .* run_job charge_daily", result.stdout, re.M)
+    assert result.stdout.strip().endswith(f"would have installed 1 jobs: +1 {MINUS}0 ~0")
+    assert tab.read_bytes() == FOREIGN
+    assert not (sqlite_project.dir / "var" / "log").exists()
+
+
+def test_check_exits_1_when_an_install_would_change_something_and_0_when_not(
+    sqlite_project, tmp_path
+):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    tab = tmp_path / "tab"
+
+    stale = install(sqlite_project, "--tabfile", str(tab), "--check")
+    assert stale.returncode == 1
+    assert "crontab not up to date" in stale.stderr
+    assert not tab.exists()
+
+    install(sqlite_project, "--tabfile", str(tab))
+    fresh = install(sqlite_project, "--tabfile", str(tab), "--check")
+    assert fresh.returncode == 0 and fresh.stdout.strip() == "crontab up to date"
+
+
+def test_a_time_zone_mismatch_is_refused_with_the_fix_unless_allowed(sqlite_project, cron_user):
+    cron_user.set_crontab(FOREIGN)
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    sqlite_project.write_env(TIME_ZONE="Europe/Moscow")  # the machine runs Etc/UTC
+
+    refused = install(sqlite_project, "--user", cron_user.name)
+
+    assert refused.returncode == 3
+    assert "TIME_ZONE is Europe/Moscow" in refused.stderr
+    assert "timedatectl set-timezone Europe/Moscow" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert cron_user.crontab() == FOREIGN
+
+    allowed = install(sqlite_project, "--user", cron_user.name, "--allow-tz-mismatch")
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_a_failing_crontab_command_is_reported_and_the_previous_crontab_stays(
+    sqlite_project, cron_user, tmp_path
+):
+    """A `crontab` that can read and check but not write (as with a full disk): a real
+    process in front of Debian's, failing only the install step."""
+    cron_user.set_crontab(FOREIGN)
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "crontab"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case "$a" in -l|-n|-r) exec /usr/bin/crontab "$@";; esac; done\n'
+        'echo "crontab: cannot write spool file: No space left on device" >&2\nexit 1\n'
+    )
+    wrapper.chmod(0o755)
+
+    result = install(
+        sqlite_project, "--user", cron_user.name, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    )
+
+    assert result.returncode == 4
+    assert "No space left on device" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert cron_user.crontab() == FOREIGN
+
+
+def test_damaged_markers_of_our_block_are_refused_without_touching_anything(
+    sqlite_project, cron_user
+):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    damaged = FOREIGN + f"# BEGIN cronops {sqlite_project.dir}\n0 3 * * * echo half\n".encode()
+    cron_user.set_crontab(damaged)
+
+    result = install(sqlite_project, "--user", cron_user.name)
+
+    assert result.returncode == 4
+    assert "damaged markers" in result.stderr
+    assert cron_user.crontab() == damaged
+
+
+def test_no_secret_reaches_the_crontab_or_the_output(sqlite_project, tmp_path):
+    sqlite_project.write_env(HEALTHCHECKS_PING_KEY=PING_KEY)
+    sqlite_project.write_cron(
+        "10-billing.cron",
+        f"0 3 * * * --ping=https://hc-ping.com/{PING_KEY}/charge charge_daily\n",
+    )
+    tab = tmp_path / "tab"
+
+    result = install(sqlite_project, "--tabfile", str(tab))
+
+    assert result.returncode == 0, result.stderr
+    assert PING_KEY not in tab.read_text()
+    assert "run_job charge_daily >>" in tab.read_text()
+
+    sqlite_project.write_cron("10-billing.cron", f"0 3 * * * charge_daily --x={PING_KEY}\n")
+    leaked = install(sqlite_project, "--tabfile", str(tab), "--dry-run")
+    assert leaked.returncode == 2
+    assert PING_KEY not in leaked.stdout + leaked.stderr
+    assert "<HEALTHCHECKS_PING_KEY>" in leaked.stderr
+
+
+def test_a_secret_written_into_an_argument_is_refused_without_printing_it(sqlite_project, tmp_path):
+    add_echo_args(sqlite_project.dir)
+    secret = sqlite_project.settings["SECRET_KEY"]
+    sqlite_project.write_cron("10-echo.cron", f"0 3 * * * echo_args {secret}\n")
+    tab = tmp_path / "tab"
+
+    result = install(sqlite_project, "--tabfile", str(tab))
+
+    assert result.returncode == 2
+    assert "contains the value of SECRET_KEY" in result.stderr
+    assert secret not in result.stdout + result.stderr
+    assert not tab.exists()
+
+
+def test_root_creates_the_log_directory_for_the_user_it_installs_for(sqlite_project, cron_user):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    log_dir = sqlite_project.dir / "var" / "log"
+    assert not log_dir.exists()
+
+    assert install(sqlite_project, "--user", cron_user.name).returncode == 0
+
+    info = log_dir.stat()
+    assert stat.S_ISDIR(info.st_mode)
+    import pwd
+
+    assert info.st_uid == pwd.getpwnam(cron_user.name).pw_uid
+
+
+def test_remove_without_a_block_is_a_no_op_and_two_projects_keep_separate_blocks(
+    sqlite_project, tmp_path
+):
+    tab = tmp_path / "tab"
+    tab.write_bytes(FOREIGN)
+    assert install(sqlite_project, "--tabfile", str(tab), "--remove").stdout.strip() == (
+        "crontab up to date"
+    )
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    install(sqlite_project, "--tabfile", str(tab))
+    install(sqlite_project, "--tabfile", str(tab), env={"OPS_CRONTAB_ID": "second"})
+
+    text = tab.read_text()
+    assert text.count("# BEGIN cronops ") == 3  # the foreign project's, ours and "second"
+    install(sqlite_project, "--tabfile", str(tab), "--remove")
+    install(sqlite_project, "--tabfile", str(tab), "--remove", env={"OPS_CRONTAB_ID": "second"})
+    assert tab.read_bytes() == FOREIGN
+
+
+def test_a_tabfile_keeps_its_mode_and_a_missing_final_newline_gains_exactly_one(
+    sqlite_project, tmp_path
+):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    tab = tmp_path / "tab"
+    tab.write_bytes(b"0 5 * * * echo no final newline")
+    os.chmod(tab, 0o640)
+
+    install(sqlite_project, "--tabfile", str(tab))
+    install(sqlite_project, "--tabfile", str(tab), "--remove")
+
+    assert tab.read_bytes() == b"0 5 * * * echo no final newline\n"
+    assert stat.S_IMODE(tab.stat().st_mode) == 0o640
