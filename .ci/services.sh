@@ -10,6 +10,8 @@ command -v crontab >/dev/null || need+=(cron)
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
 # headless browser for the admin test (driven by Playwright; never `playwright install`)
 command -v chromium >/dev/null || need+=(chromium)
+# the cron end-to-end test's Python for a throwaway user (see below)
+/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
@@ -31,7 +33,25 @@ if ! "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PGPORT"; then
   su postgres -c "$PGBIN/initdb -D $PGDATA -A trust -U postgres >/dev/null"
   su postgres -c "$PGBIN/pg_ctl -s -D $PGDATA -o '-p $PGPORT -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off' -l $PGDATA/log start -w"
 fi
+
+# cron end to end (tests/test_cron_e2e.py): cron runs the test job as a throwaway user, who
+# must be able to execute the project's Python. A pyenv interpreter under /root (mode 0700) is
+# out of that user's reach, and opening /root (chmod o+x) would expose root's home to every
+# user; so the test gets its own virtualenv from Debian's python3 under /opt, readable by all,
+# with the runtime dependencies only (the deployed copy under test brings its own code).
+E2E_VENV=/opt/cronops-ci/venv
+if [ ! -x "$E2E_VENV/bin/python" ] || [ pyproject.toml -nt "$E2E_VENV/.installed" ]; then
+  rm -rf "$E2E_VENV"
+  /usr/bin/python3 -m venv "$E2E_VENV"
+  /usr/bin/python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+    > "$E2E_VENV/requirements.txt"
+  "$E2E_VENV/bin/pip" install -q --disable-pip-version-check -r "$E2E_VENV/requirements.txt"
+  chmod -R a+rX /opt/cronops-ci
+  touch "$E2E_VENV/.installed"
+fi
+
 cat > var/ci/env.sh <<ENV
 export CRONOPS_TEST_PG_URL=postgres://postgres@127.0.0.1:$PGPORT/postgres
+export CRONOPS_E2E_PYTHON=$E2E_VENV/bin/python
 ENV
 echo "services: cron running (pid $(pgrep -x cron | head -n 1)), PostgreSQL on 127.0.0.1:$PGPORT"
