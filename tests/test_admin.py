@@ -2,6 +2,7 @@
 
 import datetime as dt
 import os
+import re
 import shutil
 
 import pytest
@@ -10,6 +11,11 @@ from django.urls import reverse
 
 from ops.models import JobRun, Outcome, SlotClaim
 from tests.conftest import require
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # the browser tests skip (fail in CI) without it
+    expect = sync_playwright = None
 
 CHROMIUM = os.environ.get("CRONOPS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -76,9 +82,7 @@ def history(db):
 @pytest.fixture
 def browser_page(tmp_path):
     require(os.path.exists(CHROMIUM), f"chromium not found at {CHROMIUM} (apt install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
+    if sync_playwright is None:
         require(False, "playwright not installed (pip install -e '.[dev]')")
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
@@ -110,8 +114,9 @@ def test_an_operator_logs_in_sees_the_failed_run_and_reads_its_output(
     page = browser_page
     log_in(page, live_server.url)
     page.click("text=Job runs")
+    page.wait_for_url("**/admin/ops/jobrun/")
     rows = page.locator("#result_list tbody tr")
-    assert rows.count() == 3
+    expect(rows).to_have_count(3)
     newest = rows.nth(0).inner_text()
     assert "Failed" in newest
     assert "2026-11-29 03:00:03" in newest
@@ -119,10 +124,13 @@ def test_an_operator_logs_in_sees_the_failed_run_and_reads_its_output(
     assert "web1" in newest
 
     page.click("#changelist-filter >> text=Failed")
-    assert page.locator("#result_list tbody tr").count() == 1
+    page.wait_for_url("**/admin/ops/jobrun/?outcome__exact=failed")
+    expect(page.locator("#result_list tbody tr")).to_have_count(1)
     page.locator("#result_list tbody tr").nth(0).locator("a").first.click()
+    page.wait_for_url(re.compile(rf"/admin/ops/jobrun/{history['failed'].pk}/change/"))
 
     output = page.locator("pre.cronops-output")
+    expect(output).to_be_visible()
     assert "Traceback (most recent call last):" in output.inner_text()
     assert "upstream down" in output.inner_text()
     body = page.inner_text("#content")
@@ -141,12 +149,14 @@ def test_the_history_filters_by_job_and_searches(history, live_server, browser_p
     log_in(page, live_server.url)
     page.goto(live_server.url + reverse("admin:ops_jobrun_changelist"))
     page.click("#changelist-filter >> text=clear-sessions")
-    assert page.locator("#result_list tbody tr").count() == 1
+    page.wait_for_url("**/admin/ops/jobrun/?job=clear-sessions")
+    expect(page.locator("#result_list tbody tr")).to_have_count(1)
     page.goto(live_server.url + reverse("admin:ops_jobrun_changelist"))
     page.fill("#searchbar", "upstream")
     page.press("#searchbar", "Enter")
-    page.wait_for_selector("#result_list")
-    assert page.locator("#result_list tbody tr").count() == 1
+    page.wait_for_url("**/admin/ops/jobrun/?q=upstream")
+    expect(page.locator("#result_list tbody tr")).to_have_count(1)
+    expect(page.locator("#result_list tbody tr")).to_contain_text("Failed")
 
 
 def test_the_admin_refuses_to_add_change_or_delete_runs(history, admin_client):
