@@ -517,14 +517,21 @@ def secrets_of(settings) -> dict[str, str]:
 
 
 def _ensure_log_dir(log_dir: Path, user: str | None) -> None:
-    """Create OPS_LOG_DIR (cron's `>>` cannot); when root installs for a user, theirs."""
+    """Create OPS_LOG_DIR (cron's `>>` cannot). When root installs for a user, every directory
+    it creates belongs to that user (so run_job can also create var/lock beside it)."""
     if log_dir.is_dir():
         return
+    missing = []
+    path = log_dir
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    owner = pwd.getpwnam(user) if user is not None and os.geteuid() == 0 else None
     try:
-        log_dir.mkdir(mode=0o750, parents=True)
-        if user is not None and os.geteuid() == 0:
-            entry = pwd.getpwnam(user)
-            os.chown(log_dir, entry.pw_uid, entry.pw_gid)
+        for directory in reversed(missing):
+            directory.mkdir(mode=0o750)
+            if owner is not None:
+                os.chown(directory, owner.pw_uid, owner.pw_gid)
     except OSError as exc:
         raise InstallError(
             f"cannot create OPS_LOG_DIR {log_dir}: {exc.strerror} (cron appends each job's "

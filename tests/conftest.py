@@ -323,8 +323,9 @@ def cron_user():
         shutil.rmtree(home, ignore_errors=True)
 
 
-ECHO_ARGS = '''"""Test command: prints its arguments as JSON (proves what reached the command)."""
+ECHO_ARGS = '''"""Test command: prints its arguments and environment as JSON (what reached it)."""
 import json
+import os
 
 from django.core.management.base import BaseCommand
 
@@ -335,6 +336,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         self.stdout.write("ARGS " + json.dumps(options["words"]))
+        keys = ("PATH", "HOME", "LOGNAME", "SHELL", "LANG", "VIRTUAL_ENV")
+        self.stdout.write("ENV " + json.dumps({k: os.environ.get(k) for k in keys}))
 '''
 
 

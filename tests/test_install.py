@@ -340,6 +340,7 @@ def test_root_creates_the_log_directory_for_the_user_it_installs_for(sqlite_proj
     import pwd
 
     assert info.st_uid == pwd.getpwnam(cron_user.name).pw_uid
+    assert log_dir.parent.stat().st_uid == info.st_uid  # var/ too: run_job makes var/lock
 
 
 def test_remove_without_a_block_is_a_no_op_and_two_projects_keep_separate_blocks(
