@@ -72,6 +72,8 @@ def _writable_dir_problem(path: Path) -> str | None:
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
+    if not parent.is_dir():
+        return f"{path} cannot be created: {parent} is not a directory"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"{path} does not exist and {parent} is not writable by this user"
     return None

@@ -1,0 +1,82 @@
+"""`manage.py check` on a deployed copy: the cronops system checks an operator sees."""
+
+from .conftest import PING_KEY
+
+GOOD = "# Charge every active subscription.\n0 3 * * * charge_daily\n"
+
+
+def check(project):
+    result = project.manage("check")
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_a_healthy_project_passes_the_checks(sqlite_project):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    sqlite_project.write_env(HEALTHCHECKS_PING_KEY=PING_KEY)
+
+    code, output = check(sqlite_project)
+
+    assert code == 0, output
+    assert "ops." not in output
+    assert PING_KEY not in output
+
+
+def test_a_crontab_d_error_is_reported_with_its_file_line_and_a_hint(sqlite_project):
+    path = sqlite_project.write_cron("10-billing.cron", "0 3 * * * * charge_daily\n")
+
+    code, output = check(sqlite_project)
+
+    assert code == 1
+    assert f"(ops.E001) crontab.d: {path}:1: 6 schedule fields" in output
+    assert "HINT: fix that line" in output
+
+
+def test_a_time_zone_mismatch_is_an_error_whose_hint_is_the_fix(sqlite_project):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    sqlite_project.write_env(TIME_ZONE="Asia/Tokyo", HEALTHCHECKS_PING_KEY=PING_KEY)
+
+    code, output = check(sqlite_project)
+
+    assert code == 1
+    assert "(ops.E002) the system time zone is Etc/UTC but TIME_ZONE is Asia/Tokyo" in output
+    assert "timedatectl set-timezone Asia/Tokyo" in output
+
+
+def test_an_alias_of_the_system_time_zone_is_not_a_mismatch(sqlite_project):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+    sqlite_project.write_env(TIME_ZONE="Etc/Universal", HEALTHCHECKS_PING_KEY=PING_KEY)
+    assert check(sqlite_project)[0] == 0
+
+
+def test_lock_and_log_directories_that_cannot_be_created_are_errors(sqlite_project):
+    env_file = sqlite_project.dir / ".env"
+    sqlite_project.write_env(OPS_LOCK_DIR=f"{env_file}/lock", OPS_LOG_DIR=f"{env_file}/log")
+
+    code, output = check(sqlite_project)
+
+    assert code == 1
+    assert f"(ops.E003) OPS_LOCK_DIR: {env_file}/lock cannot be created" in output
+    assert f"(ops.E004) OPS_LOG_DIR: {env_file}/log cannot be created" in output
+
+
+def test_an_env_file_readable_by_others_is_an_error_and_by_its_group_a_warning(sqlite_project):
+    env_file = sqlite_project.dir / ".env"
+    env_file.chmod(0o644)
+    code, output = check(sqlite_project)
+    assert code == 1
+    assert "(ops.E005)" in output and f"chmod 600 {env_file}" in output
+
+    env_file.chmod(0o640)
+    code, output = check(sqlite_project)
+    assert code == 0
+    assert "(ops.W002)" in output
+
+
+def test_scheduled_jobs_without_pings_are_a_warning(sqlite_project):
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+
+    code, output = check(sqlite_project)
+
+    assert code == 0
+    assert "(ops.W001) healthchecks.io pings are not configured" in output
+    assert "HEALTHCHECKS_PING_KEY" in output
