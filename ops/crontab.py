@@ -4,9 +4,9 @@ The crontab is read and written as raw text: only the lines between this project
 `# BEGIN cronops <id>` and `# END cronops <id>` markers are ours, every other byte is kept as
 it was. python-crontab rewrites lines it did not create (`0 0 * * *` → `@daily`, unparseable
 lines → `# DISABLED LINE`, `NAME = value` lines dropped, comments re-attached), so it never
-writes the table here: it only reads our own rendered block back as a validation step. The
-whole new text is checked by `crontab -n` (Debian's dry run) and installed atomically by
-`crontab FILE`, which either installs all of it or changes nothing.
+reads or writes the table here: its `CronSlices.is_valid` is a second opinion on each
+schedule (ops/crontabd.py). The whole new text is checked by `crontab -n` (Debian's dry run)
+and installed atomically by `crontab FILE`, which installs all of it or changes nothing.
 """
 
 import difflib
@@ -127,17 +127,6 @@ def render_block(schedule: Schedule, crontab_id: str, paths: Paths) -> str:
         lines.append(render_line(job, paths))
     lines.append(END + crontab_id)
     return "".join(line + "\n" for line in lines)
-
-
-def check_rendered(block: str, schedule: Schedule) -> None:
-    """Read our own block back with python-crontab: every job line must parse as the job."""
-    import crontab as python_crontab
-
-    python_crontab.SPECIALS_CONVERSION = None  # never turn `0 0 * * *` into `@daily`
-    table = python_crontab.CronTab(tab=block)
-    items = [item for item in table if item.is_enabled()]
-    if len(items) != len(schedule.jobs) or not all(item.is_valid() for item in items):
-        raise InstallError("internal error: python-crontab does not read the rendered block back")
 
 
 def redact(text: str, secrets: dict[str, str]) -> str:
@@ -580,7 +569,6 @@ def install_crontab(
                 )
         block = render_block(schedule, crontab_id, paths)
         check_no_secrets(block, secrets_of(settings))
-        check_rendered(block, schedule)
     target = TabFile(Path(tabfile)) if tabfile is not None else UserCrontab(user)
     old = target.read()
     new = splice(old, block, crontab_id)
