@@ -46,3 +46,7 @@ lint: $(VENV)/.dev-installed
 
 clean:
 	rm -rf $(VENV) var/demo
+
+# install_crontab with 1,000 jobs (writes its section of bench/RESULTS.md)
+bench-install: $(VENV)/.installed
+	$(PY) bench/bench_install.py
