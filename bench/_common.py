@@ -38,8 +38,12 @@ class Command(BaseCommand):
 """
 
 
-def deployed_copy(crontab: str = "") -> Path:
-    """A temporary copy of the project with a migrated SQLite database and a no-op command."""
+def deployed_copy(crontab: str = "", env_lines: str = "", commands: dict | None = None) -> Path:
+    """A temporary copy of the project with a migrated database and a no-op command.
+
+    SQLite in the copy's var/ unless `env_lines` sets DATABASE_URL; `commands` adds management
+    commands (name -> source) to the copy only.
+    """
     root = Path(tempfile.mkdtemp(prefix="cronops-bench-"))
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("config", "ops", "commands"):
@@ -49,8 +53,13 @@ def deployed_copy(crontab: str = "") -> Path:
     (root / "commands/management/commands/bench_query.py").write_text(QUERY)
     (root / "crontab.d").mkdir()
     (root / "crontab.d/bench.cron").write_text(crontab)
-    (root / ".env").write_text("SECRET_KEY=bench\nOPS_HOST=bench\n")
-    manage(root, "migrate", "-v0", check=True)
+    (root / ".env").write_text("SECRET_KEY=bench\nOPS_HOST=bench\n" + env_lines)
+    (root / ".env").chmod(0o600)  # the system checks refuse a readable .env
+    for name, code in (commands or {}).items():
+        (root / f"commands/management/commands/{name}.py").write_text(code)
+    done = manage(root, "migrate", "-v0")
+    if done.returncode:
+        raise SystemExit(f"migrate failed in {root}:\n{done.stderr}")
     return root
 
 
@@ -125,3 +134,171 @@ class PingServer:
 
 def median(values):
     return statistics.median(values)
+
+
+# --- shared by the P3-P7 benches and the fault scenarios (bench/faults/) ---
+
+STAMP = """\
+import os
+import time
+
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Appends 'start <time>' to $BENCH_STAMP, sleeps, appends 'end' (benchmarks)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--sleep", type=float, default=0.0)
+        parser.add_argument("--until-file", default="")
+        parser.add_argument("--exit", type=int, default=0)
+
+    def handle(self, *args, **options):
+        path = os.environ.get("BENCH_STAMP", "")
+        if path:
+            with open(path, "a") as f:
+                f.write(f"start {time.time():.6f} {os.getpid()}\\n")
+        deadline = time.monotonic() + 120
+        while options["until_file"] and not os.path.exists(options["until_file"]):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        time.sleep(options["sleep"])
+        if path:
+            with open(path, "a") as f:
+                f.write(f"end {time.time():.6f} {os.getpid()}\\n")
+        if options["exit"]:
+            raise SystemExit(options["exit"])
+        self.stdout.write("ok")
+"""
+
+RESULTS: list[tuple[str, bool, str]] = []
+
+
+def goal(ident: str, text: str, ok: bool) -> bool:
+    """Print one figure against its goal; `bench/run.py` collects these lines."""
+    line = f"{ident} {text}: {'met' if ok else 'NOT met'}"
+    print(line, flush=True)
+    RESULTS.append((ident, ok, text))
+    return ok
+
+
+def exit_status() -> int:
+    return 0 if all(ok for _, ok, _ in RESULTS) else 1
+
+
+def sqlite_rows(root: Path, sql: str, params=()) -> list:
+    import sqlite3
+
+    con = sqlite3.connect(root / "var" / "db.sqlite3", timeout=30)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
+
+
+def run(root: Path, *args, extra_env=None, timeout=300, stdout=None):
+    """`manage.py ARGS` as cron would run it: (exit code, stdout, stderr, wall seconds)."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, str(root / "manage.py"), *args],
+        cwd=root,
+        env=env(**(extra_env or {})),
+        stdout=stdout if stdout is not None else subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        timeout=timeout,
+    )
+    out = done.stdout.decode(errors="replace") if isinstance(done.stdout, bytes) else ""
+    return done.returncode, out, done.stderr.decode(errors="replace"), time.perf_counter() - start
+
+
+class FaultServer:
+    """A ping endpoint on 127.0.0.1 that misbehaves on purpose; `log` lists the paths it saw.
+
+    mode: ok | hang (accepts, never answers) | 500 | 429 | slow (answers after `delay` s) |
+    tls (a self-signed certificate the client must refuse) | refuse (nothing listens) |
+    blackhole (a listener whose accept queue is full: the SYN is dropped, connect times out).
+    """
+
+    def __init__(self, mode: str = "ok", delay: float = 30.0):
+        import socket
+
+        self.mode, self.delay, self.log = mode, delay, []
+        self._socks: list = []
+        self.server = None
+        if mode == "refuse":
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            s.close()  # nothing listens there now: connection refused
+            self.url = f"http://127.0.0.1:{port}/"
+            return
+        if mode == "blackhole":
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(0)
+            port = listener.getsockname()[1]
+            self._socks.append(listener)
+            for _ in range(4):  # fill the accept queue; later SYNs are dropped
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex(("127.0.0.1", port))
+                self._socks.append(c)
+            time.sleep(0.1)
+            self.url = f"http://127.0.0.1:{port}/"
+            return
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                outer.log.append((self.path, body))
+                if outer.mode == "hang":
+                    time.sleep(3600)
+                if outer.mode == "slow":
+                    time.sleep(outer.delay)
+                status = {"500": 500, "429": 429}.get(outer.mode, 200)
+                text = b"OK" if status == 200 else b"nope"
+                self.send_response(status)
+                self.send_header("Ping-Body-Limit", "100000")
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+
+            def log_message(self, *args):
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        scheme = "http"
+        if mode == "tls":
+            import ssl
+
+            cert_dir = Path(tempfile.mkdtemp(prefix="cronops-tls-"))
+            subprocess.run(
+                [
+                    *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+                    *("-subj", "/CN=127.0.0.1", "-keyout", str(cert_dir / "key.pem")),
+                    *("-out", str(cert_dir / "cert.pem")),
+                ],
+                check=True,
+                capture_output=True,
+            )
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(cert_dir / "cert.pem", cert_dir / "key.pem")
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        for s in self._socks:
+            s.close()
