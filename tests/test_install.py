@@ -375,3 +375,37 @@ def test_a_tabfile_keeps_its_mode_and_a_missing_final_newline_gains_exactly_one(
 
     assert tab.read_bytes() == b"0 5 * * * echo no final newline\n"
     assert stat.S_IMODE(tab.stat().st_mode) == 0o640
+
+
+def test_a_carriage_return_in_a_foreign_line_survives_because_root_reads_the_spool_file(
+    sqlite_project, cron_user
+):
+    """Debian's `crontab -l` shows a CR as the two characters `\\r`; a naive installer would
+    write that back and change the line."""
+    foreign = FOREIGN + b"0 6 * * * printf 'windows\\r\\n' # and a real CR:\r\n"
+    cron_user.set_crontab(foreign)
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+
+    assert install(sqlite_project, "--user", cron_user.name).returncode == 0
+    spool = Path("/var/spool/cron/crontabs") / cron_user.name
+    data = spool.read_bytes()
+    assert data[data.index(FOREIGN[:40]) :].startswith(foreign)
+
+    assert install(sqlite_project, "--user", cron_user.name, "--remove").returncode == 0
+    data = spool.read_bytes()
+    assert data.endswith(foreign)
+
+
+def test_a_tab_file_with_lines_cron_would_refuse_keeps_them_and_gets_only_our_block_checked(
+    sqlite_project, tmp_path
+):
+    tab = tmp_path / "tab"
+    tab.write_bytes(FOREIGN + b"this is not a cron line at all\n")
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+
+    result = install(sqlite_project, "--tabfile", str(tab))
+
+    assert result.returncode == 0, result.stderr
+    assert without_block(tab.read_bytes(), sqlite_project) == (
+        FOREIGN + b"this is not a cron line at all\n"
+    )
