@@ -199,12 +199,31 @@ def splice(text: str, block: str, crontab_id: str) -> str:
     them is a final newline added when the text lacks one and a block follows.
     """
     part = split_block(text, crontab_id)
+    if part.found and block and _only_blocks(part.after):
+        # Only other cronops blocks follow: stay in place, so that two projects sharing a
+        # crontab do not swap places on every install.
+        return part.before + block + part.after
     foreign = part.before + part.after
     if not block:
         return foreign
     if foreign and not foreign.endswith("\n"):
         foreign += "\n"
     return foreign + block
+
+
+def _only_blocks(text: str) -> bool:
+    """True if `text` is nothing but complete cronops blocks (any ids)."""
+    inside = None
+    for line in text.splitlines(keepends=True):
+        if inside is None:
+            inside = _marker_id(line, BEGIN)
+            if inside is None or not line.endswith("\n"):
+                return False
+        elif _marker_id(line, END) == inside and line.endswith("\n"):
+            inside = None
+        elif _marker_id(line, BEGIN) or _marker_id(line, END):
+            return False
+    return inside is None
 
 
 def block_jobs(block: str) -> dict[str, str]:

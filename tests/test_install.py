@@ -343,7 +343,7 @@ def test_root_creates_the_log_directory_for_the_user_it_installs_for(sqlite_proj
     assert log_dir.parent.stat().st_uid == info.st_uid  # var/ too: run_job makes var/lock
 
 
-def test_remove_without_a_block_is_a_no_op_and_two_projects_keep_separate_blocks(
+def test_remove_without_a_block_is_a_no_op_and_two_projects_keep_separate_stable_blocks(
     sqlite_project, tmp_path
 ):
     tab = tmp_path / "tab"
@@ -357,6 +357,11 @@ def test_remove_without_a_block_is_a_no_op_and_two_projects_keep_separate_blocks
 
     text = tab.read_text()
     assert text.count("# BEGIN cronops ") == 3  # the foreign project's, ours and "second"
+    # two projects sharing a crontab keep their places: re-installing either is a no-op
+    assert install(sqlite_project, "--tabfile", str(tab)).stdout.strip() == "crontab up to date"
+    second = install(sqlite_project, "--tabfile", str(tab), env={"OPS_CRONTAB_ID": "second"})
+    assert second.stdout.strip() == "crontab up to date"
+    assert tab.read_text() == text
     install(sqlite_project, "--tabfile", str(tab), "--remove")
     install(sqlite_project, "--tabfile", str(tab), "--remove", env={"OPS_CRONTAB_ID": "second"})
     assert tab.read_bytes() == FOREIGN
