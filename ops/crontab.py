@@ -618,7 +618,8 @@ def install_crontab(
         )
     target.write(new)
     if target.read() != new:
+        target.write(old)  # put the previous crontab back in force
         raise InstallError(
-            f"{target.describe()} does not read back as written: check it with `crontab -l`"
+            f"{target.describe()} did not read back as written; the previous text was put back"
         )
     return Result(True, summary, [message])
