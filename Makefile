@@ -39,6 +39,10 @@ test: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest $(PYTEST_ARGS)
+	@if [ -n "$$CRONOPS_TEST_PG_URL" ]; then \
+	  echo "--- the in-process database tests again, on PostgreSQL"; \
+	  DATABASE_URL="$$CRONOPS_TEST_PG_URL" $(PY) -m pytest -m inprocess_db $(PYTEST_ARGS); \
+	fi
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .

@@ -36,6 +36,19 @@ class Command(BaseCommand):
 """
 
 
+IN_PROCESS_DB = {"db", "transactional_db", "live_server", "django_db_setup", "admin_client"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark the tests that use Django's own test database, so `make test` can run them again
+    with DATABASE_URL pointing at PostgreSQL (the `project` fixture covers both by itself)."""
+    for item in items:
+        if IN_PROCESS_DB & set(getattr(item, "fixturenames", ())) or item.get_closest_marker(
+            "django_db"
+        ):
+            item.add_marker(pytest.mark.inprocess_db)
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip when a real service is missing on a developer machine; fail in CI."""
     if condition:
