@@ -241,9 +241,11 @@ def job_status(
     if latest.outcome in FAILURES:
         code = "" if latest.exit_code is None else f" (exit {latest.exit_code})"
         status.state = FAILING
-        status.reason = f"last run {latest.get_outcome_display()}{code}"
+        status.reason = f"last run {latest.outcome.replace('_', ' ')}{code}"
         if status.consecutive_failures > 1:
             status.reason += f", {status.consecutive_failures} failures in a row"
+        if latest.note:
+            status.reason += f": {latest.note}"
         return status
     if not due_done:
         status.state = OVERDUE
