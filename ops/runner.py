@@ -228,6 +228,7 @@ class Runner:
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.ping_config = PingConfig.from_settings()
+        self.database_lost = False
 
     def pinger(self) -> Pinger:
         return Pinger(
@@ -273,7 +274,7 @@ class Runner:
                 code = self.run_slot(slot)
                 if code and not exit_code:
                     exit_code = code  # the first failure's code, also when a later slot succeeds
-                if code in (EXIT_TIMEOUT,) or code > 128:
+                if code in (EXIT_TIMEOUT,) or code > 128 or self.database_lost:
                     break
             return exit_code
         finally:
@@ -348,18 +349,26 @@ class Runner:
         captured.close()
         if note:
             say(f"job {self.plan.name}: {note}", self.stderr)
-        self.record(run, outcome, exit_code, duration, note, tail)
+        kind = "fail" if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED) else None
+        lost = self.record(run, outcome, exit_code, duration, note, tail)
+        if lost:
+            # The database went away during the run: the outcome exists nowhere but here, so
+            # say so once, fail the ping and the exit code; the claim stays "running" and the
+            # next run records this attempt as abandoned and runs the slot again.
+            note = (
+                f"database unavailable: could not record the outcome ({outcome}, exit "
+                f"{exit_code}): {lost}"
+            )
+            say(f"error: job {self.plan.name}: {note}", self.stderr)
+            exit_code, kind, self.database_lost = exit_code or 1, "fail", True
         body = b"" if self.opts.no_output_in_ping else tail.text().encode()
         if note:
             body = f"cronops: {note}\n".encode() + body
-        pinger.finish(
-            exit_code,
-            body,
-            kind="fail" if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED) else None,
-        )
+        pinger.finish(exit_code, body, kind=kind)
         return exit_code
 
-    def record(self, run, outcome, exit_code, duration, note, tail: Tail) -> None:
+    def record(self, run, outcome, exit_code, duration, note, tail: Tail) -> str:
+        """Save the outcome; "" when saved, else why not (one line)."""
         run.outcome, run.exit_code, run.note = outcome, exit_code, note[:300]
         run.finished_at = timezone.now()
         run.duration = duration
@@ -369,16 +378,13 @@ class Runner:
                 run.save()
                 if run.slot:
                     claims.release(run)
-                return
+                return ""
             except DatabaseError as exc:
                 if attempt == 1:
                     connection.close()  # the job may have broken the connection: retry once
                     continue
-                say(
-                    f"job {self.plan.name}: could not record the outcome ({outcome}, exit "
-                    f"{exit_code}): {_one_line(exc)}",
-                    self.stderr,
-                )
+                return _one_line(exc)
+        return ""
 
 
 def run(argv: list[str], *, stdout=None, stderr=None) -> int:
