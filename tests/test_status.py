@@ -434,6 +434,22 @@ def test_the_json_schema_is_the_documented_one(cron_dir):
     assert by_name["new-job"]["last_run"] is None
 
 
+@pytest.mark.django_db
+def test_ops_default_grace_sets_the_grace_of_jobs_without_timeout(cron_dir, settings):
+    settings.OPS_DEFAULT_GRACE = "15m"
+    (cron_dir / "50-test.cron").write_text("0 3 * * * --name=late-job sleep_demo --seconds=0\n")
+    insert_orm(r for r in scenario_rows() if r[1]["job"] == "late-job")
+    with time_machine.travel(at("2026-11-29 03:14:59"), tick=False):
+        assert job_status()[0] == 0
+    with time_machine.travel(at("2026-11-29 03:15:00"), tick=False):
+        assert job_status()[0] == 1
+    settings.OPS_DEFAULT_GRACE = "soon"
+    with pytest.raises(CommandError) as error:
+        call_command("job_status", stdout=io.StringIO())
+    assert error.value.returncode == 2
+    assert str(error.value).startswith("OPS_DEFAULT_GRACE: bad duration 'soon'")
+
+
 def test_grace_is_the_jobs_timeout_and_never_under_a_minute():
     assert status.grace_seconds(schedule_of("0 3 * * * --timeout=10m --name=j x\n").jobs[0]) == 600
     assert status.grace_seconds(schedule_of("* * * * * --timeout=5s --name=j x\n").jobs[0]) == 60

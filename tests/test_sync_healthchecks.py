@@ -462,12 +462,15 @@ def test_without_an_api_key_it_says_where_to_get_one(configured, settings):
     assert "HEALTHCHECKS_API_KEY is not set" in error
 
 
-def test_the_default_tag_names_the_project_directory(settings):
+def test_the_default_tag_names_the_project_directory(settings, monkeypatch):
     from ops.hcsync import project_tag
 
+    monkeypatch.delenv("OPS_HC_TAG", raising=False)
     settings.OPS_HC_TAG = ""
     settings.BASE_DIR = "/srv/My Shop"
     assert project_tag(settings) == "cronops-my-shop"
+    monkeypatch.setenv("OPS_HC_TAG", "shop-prod")  # from .env
+    assert project_tag(settings) == "shop-prod"
 
 
 def test_job_specs_are_built_from_crontab_d():

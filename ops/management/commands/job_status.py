@@ -28,6 +28,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, job=None, as_json=False, **options):
         try:
+            status.default_grace()
+        except ValueError as exc:
+            raise CommandError(f"OPS_DEFAULT_GRACE: {exc}", returncode=2) from None
+        try:
             schedule = load_schedule()
         except CrontabError as exc:
             raise CommandError(str(exc), returncode=2) from None

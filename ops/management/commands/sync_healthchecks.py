@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ops import hcsync
 from ops.crontabd import CrontabError, load_schedule
 from ops.hcapi import ApiError, HealthchecksAPI
+from ops.status import grace_seconds
 
 EXIT_API = 1
 EXIT_USAGE = 2
@@ -32,6 +33,10 @@ class Command(BaseCommand):
                 "(healthchecks.io → Project Settings → API Access) in .env",
                 returncode=EXIT_USAGE,
             )
+        try:
+            grace_seconds(None)
+        except ValueError as exc:
+            raise CommandError(f"OPS_DEFAULT_GRACE: {exc}", returncode=EXIT_USAGE) from None
         tag = hcsync.project_tag(settings)
         problem = hcsync.validate_tag(tag)
         if problem:
