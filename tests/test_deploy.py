@@ -312,7 +312,7 @@ def test_check_mode_shows_the_crontab_diff_a_changed_schedule_would_make(deploym
     before = deployment.crontab()
     result = deployment.playbook("check-changed", "--check", "--diff", cronops_source=str(tree))
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert "cronops : Install the crontab" in changed_tasks(result)
+    assert "cronops : Install the crontab (dry run, validates crontab.d)" in changed_tasks(result)
     assert "+0 4 * * * " in result.stdout and "-0 3 * * * " in result.stdout
     assert deployment.crontab() == before  # check mode changed nothing
     assert (deployment.dir / "crontab.d/10-billing.cron").read_text().count("0 3 * * *") == 1
