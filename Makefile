@@ -34,6 +34,8 @@ demo: $(VENV)/.installed
 	  $(DEMO) $(PY) manage.py run_job sleep_demo --seconds=3; echo "exit code $$?"; wait
 	@echo "--- 6. the history"
 	$(DEMO) $(PY) manage.py job_history
+	@echo "--- 7. job_status: one row per job; exit 1 while some job is not ok (here: never run yet)"
+	$(DEMO) $(PY) manage.py job_status; echo "exit code $$?"
 
 test: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .

@@ -161,6 +161,19 @@ def _failure_streak(name: str, recent: list[JobRun], last_success: JobRun | None
     return failures.count()
 
 
+def _last_lag(recent: list[JobRun], expr: str | None, tz: ZoneInfo) -> float | None:
+    """Start lag of the latest run that served the slot current at its start.
+
+    Catch-up and `--logical-date` runs serve an older slot: late by design, not a signal.
+    """
+    for run in recent:
+        if run.lag is None:
+            continue
+        if expr is None or current_slot(expr, run.started_at, tz).key == run.slot:
+            return run.lag
+    return None
+
+
 def _alive(run: JobRun, job: Job | None, now: dt.datetime, heartbeat: float) -> bool:
     """Whether a run recorded as running still has a live process behind it."""
     if run.slot:
@@ -213,7 +226,7 @@ def job_status(
         status.last_duration = finished[0].duration
         status.median_duration = statistics.median(r.duration for r in finished)
         status.median_runs = len(finished)
-    status.last_lag = next((r.lag for r in recent if r.lag is not None), None)
+    status.last_lag = _last_lag(recent, expr, tz)
     status.consecutive_failures = _failure_streak(name, recent, last_success)
 
     if expr:

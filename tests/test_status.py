@@ -359,6 +359,31 @@ def test_the_last_start_lag_and_next_fire_are_reported(cron_dir):
 
 
 @pytest.mark.django_db
+def test_the_start_lag_ignores_runs_of_a_past_date_by_hand(cron_dir):
+    insert_orm(r for r in scenario_rows() if r[1]["job"] == "ok-job")
+    JobRun.objects.create(  # run_job --logical-date=2026-01-15 ok-job, at 11:00
+        job="ok-job",
+        slot="2026-01-15 03:00",
+        logical_date=dt.date(2026, 1, 15),
+        scheduled_at=at("2026-01-15 03:00"),
+        outcome=Outcome.SUCCEEDED,
+        exit_code=0,
+        started_at=at("2026-11-29 11:00:00"),
+        finished_at=at("2026-11-29 11:00:05"),
+        duration=5.0,
+        lag=(at("2026-11-29 11:00:00") - at("2026-01-15 03:00")).total_seconds(),
+        host="h",
+        pid=1,
+    )
+    with time_machine.travel(NOW, tick=False):
+        _, out = job_status("--json", "--job", "ok-job")
+    job = json.loads(out)["jobs"][0]
+    assert job["last_run"]["slot"] == "2026-01-15 03:00"
+    assert job["last_lag"] == 3.0  # from the 2026-11-29 03:00 run that cron started
+    assert job["state"] == "ok"  # today's slot succeeded, whatever ran after it
+
+
+@pytest.mark.django_db
 def test_times_are_shown_in_the_projects_time_zone(cron_dir, settings):
     settings.TIME_ZONE = "Europe/Moscow"
     insert_orm(r for r in scenario_rows() if r[1]["job"] == "export")
