@@ -530,3 +530,12 @@ def test_one_healthy_job_exits_zero_and_the_table_shows_it(project):
     later = manage_at(project, at("2026-11-30 03:30"), "job_status", "--job", "ok-job")
     assert later.returncode == 1
     assert "ok-job: overdue: no success for the slot 2026-11-30 03:00" in later.stdout
+
+
+def test_an_unreadable_database_is_one_line_and_exit_2(sqlite_project, tmp_path):
+    sqlite_project.write_env(DATABASE_URL=f"sqlite:///{tmp_path / 'empty.sqlite3'}")
+    result = sqlite_project.manage("job_status")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "CommandError: cannot read the run history: no such table: ops_jobrun"
+    )

@@ -3,6 +3,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from django.utils import timezone
 
 from ops import status
@@ -41,6 +42,9 @@ class Command(BaseCommand):
             )
         except status.UnknownJob as exc:
             raise CommandError(str(exc), returncode=2) from None
+        except DatabaseError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CommandError(f"cannot read the run history: {first}", returncode=2) from None
         if as_json:
             self.stdout.write(json.dumps(status.to_json(report), indent=2))
         else:

@@ -1,4 +1,5 @@
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from django.utils import timezone
 
 from ops.durations import parse_duration
@@ -27,7 +28,11 @@ class Command(BaseCommand):
             seconds = parse_duration(older_than)
         except ValueError as exc:
             raise CommandError(f"--older-than: {exc}", returncode=2) from None
-        result = prune_runs(now=timezone.now(), older_than=seconds, dry_run=dry_run)
+        try:
+            result = prune_runs(now=timezone.now(), older_than=seconds, dry_run=dry_run)
+        except DatabaseError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CommandError(f"cannot prune the run history: {first}", returncode=1) from None
         cutoff = timezone.localtime(result.cutoff).strftime("%Y-%m-%d %H:%M %Z")
         if verbosity > 1:
             for job, count in result.per_job.items():
