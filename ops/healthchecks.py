@@ -83,8 +83,14 @@ class Pinger:
         )
         self._start_thread.start()
 
-    def finish(self, exit_code: int | None, body: bytes, *, kind: str | None = None) -> bool:
-        """The final ping: success (0), /<exit code>, or /fail (kind="fail")."""
+    def finish(
+        self, exit_code: int | None, body: bytes, *, kind: str | None = None, head: bytes = b""
+    ) -> bool:
+        """The final ping: success (0), /<exit code>, or /fail (kind="fail").
+
+        The body is `head` (the runner's own note) followed by the end of `body` (the output
+        tail), cut to the server's limit: the note must survive the cut, the output's start
+        need not."""
         if not self.enabled:
             return False
         deadline = time.monotonic() + self.config.budget
@@ -96,7 +102,10 @@ class Pinger:
         else:
             suffix = "" if exit_code == 0 else f"/{exit_code}"
         return self._send(
-            kind or ("success" if exit_code == 0 else "failure"), suffix, self._cut(body), deadline
+            kind or ("success" if exit_code == 0 else "failure"),
+            suffix,
+            self._cut(head, body),
+            deadline,
         )
 
     def log(self, message: str) -> bool:
@@ -105,9 +114,11 @@ class Pinger:
         deadline = time.monotonic() + self.config.budget
         return self._send("log", "/log", message.encode(), deadline)
 
-    def _cut(self, body: bytes) -> bytes:
+    def _cut(self, head: bytes, body: bytes) -> bytes:
         limit = self.body_limit or DEFAULT_BODY_LIMIT
-        return body[-limit:] if len(body) > limit else body
+        head = head[:limit]
+        room = limit - len(head)
+        return head + (body[-room:] if room and len(body) > room else body if room else b"")
 
     def _send(self, kind: str, suffix: str, body: bytes, deadline: float) -> bool:
         query = f"rid={self.rid}" + (f"&{self.query}" if self.query else "")

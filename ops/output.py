@@ -47,14 +47,18 @@ class Tail:
         return text
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes) -> tuple[int, str]:
+    """Write `data` to `fd`; (bytes that could not be written, why) - never raises."""
     view = memoryview(data)
     while view:
         try:
             written = os.write(fd, view)
-        except OSError:
-            return  # the reader of our output went away; the job must not fail for it
+        except OSError as exc:
+            # A full disk under the log, or the reader went away: the job must not fail for
+            # it, but the loss is counted so that the runner can report it.
+            return len(view), exc.strerror or type(exc).__name__
         view = view[written:]
+    return 0, ""
 
 
 class CapturedOutput:
@@ -67,6 +71,8 @@ class CapturedOutput:
         self._spool_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._saved: dict[int, int] = {}
+        self.lost = 0  # bytes of output that could not be passed through
+        self.lost_reason = ""
 
     def __enter__(self):
         _flush()
@@ -93,9 +99,22 @@ class CapturedOutput:
                     with self._spool_lock:
                         self._spool.write(chunk)
                 else:
-                    _write_all(original, chunk)
+                    self._count_loss(*_write_all(original, chunk))
         finally:
             os.close(read_end)
+
+    def _count_loss(self, lost: int, reason: str) -> None:
+        if lost:
+            self.lost += lost
+            self.lost_reason = self.lost_reason or reason
+
+    def loss_note(self) -> str:
+        """One line about output that never reached the log, or ""."""
+        if not self.lost:
+            return ""
+        return (
+            f"output lost: {self.lost} of {self.tail.total} bytes not written ({self.lost_reason})"
+        )
 
     def __exit__(self, *exc):
         self.restore()
@@ -121,7 +140,7 @@ class CapturedOutput:
         with self._spool_lock:
             self._spool.seek(0)
             while chunk := self._spool.read(CHUNK):
-                _write_all(1, chunk)
+                self._count_loss(*_write_all(1, chunk))
 
     def close(self) -> None:
         if self._spool is not None:

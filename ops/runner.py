@@ -60,9 +60,25 @@ class Plan:
 
 
 def say(message: str, stream=None) -> None:
+    """One `cronops:` line. Never raises: when the log under cron's redirection is full or
+    gone, the history note and the ping carry the message instead."""
     stream = stream or sys.stdout
-    stream.write(f"cronops: {message}\n")
-    stream.flush()
+    line = f"cronops: {message}\n"
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        fd = None  # a StringIO (tests, call_command)
+    try:
+        if fd is None:
+            stream.write(line)
+            stream.flush()
+        else:
+            # Straight to the descriptor: a failed write must not stay in Python's buffer,
+            # where the flush at exit would fail again and turn the exit code into 1 or 120.
+            stream.flush()
+            os.write(fd, line.encode())
+    except (OSError, ValueError):
+        pass
 
 
 def resolve(argv: list[str]) -> RunOptions | Job:
@@ -347,9 +363,18 @@ class Runner:
         if exit_code and self.opts.quiet:
             captured.replay()
         captured.close()
+        lost_output = captured.loss_note()
         if note:
             say(f"job {self.plan.name}: {note}", self.stderr)
+        if lost_output:
+            # The log's disk is full (or the reader is gone). The job's outcome stands (a done
+            # slot must not run again), but the history notes it and the ping fails so that
+            # monitoring says something is wrong on this host.
+            say(f"error: job {self.plan.name}: {lost_output}", self.stderr)
+            note = f"{note}; {lost_output}" if note else lost_output
         kind = "fail" if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED) else None
+        if lost_output:
+            kind = "fail"
         lost = self.record(run, outcome, exit_code, duration, note, tail)
         if lost:
             # The database went away during the run: the outcome exists nowhere but here, so
@@ -362,9 +387,8 @@ class Runner:
             say(f"error: job {self.plan.name}: {note}", self.stderr)
             exit_code, kind, self.database_lost = exit_code or 1, "fail", True
         body = b"" if self.opts.no_output_in_ping else tail.text().encode()
-        if note:
-            body = f"cronops: {note}\n".encode() + body
-        pinger.finish(exit_code, body, kind=kind)
+        head = f"cronops: {note}\n".encode() if note else b""
+        pinger.finish(exit_code, body, kind=kind, head=head)
         return exit_code
 
     def record(self, run, outcome, exit_code, duration, note, tail: Tail) -> str:
@@ -398,8 +422,11 @@ def run(argv: list[str], *, stdout=None, stderr=None) -> int:
         say(f"error: {exc}", stderr)
         return EXIT_USAGE
     except LockError as exc:
+        # The lock directory cannot be used (read-only or full file system, permissions):
+        # nothing can run on this host until it is fixed, so monitoring hears about it.
         say(f"error: {exc}", stderr)
-        return EXIT_USAGE
+        _fail_ping(argv, str(exc))
+        return 1
     except DatabaseError as exc:
         say(f"error: database unavailable: {_one_line(exc)}", stderr)
         _fail_ping(argv, f"database unavailable: {_one_line(exc)}")
