@@ -274,6 +274,9 @@ class FaultServer:
         class Server(http.server.ThreadingHTTPServer):
             daemon_threads = True
 
+            def handle_error(self, request, client_address):
+                pass  # clients that gave up (timeouts) are the point here
+
         self.server = Server(("127.0.0.1", 0), Handler)
         scheme = "http"
         if mode == "tls":
@@ -302,3 +305,101 @@ class FaultServer:
             self.server.server_close()
         for s in self._socks:
             s.close()
+
+
+def pg_url() -> str:
+    """The PostgreSQL server URL from CRONOPS_TEST_PG_URL or var/ci/env.sh (.ci/services.sh)."""
+    url = os.environ.get("CRONOPS_TEST_PG_URL", "")
+    env_sh = REPO / "var" / "ci" / "env.sh"
+    if not url and env_sh.exists():
+        for line in env_sh.read_text().splitlines():
+            if line.startswith("export CRONOPS_TEST_PG_URL="):
+                url = line.split("=", 1)[1].strip()
+    return url
+
+
+class PgDatabase:
+    """A throwaway database on the services' PostgreSQL; `url` for the project's .env."""
+
+    def __init__(self, server_url: str):
+        import uuid
+
+        import psycopg
+
+        self.server_url, self.name = server_url, f"cronops_bench_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(server_url, autocommit=True) as con:
+            con.execute(f'CREATE DATABASE "{self.name}"')
+        self.url = server_url.rsplit("/", 1)[0] + "/" + self.name
+
+    def query(self, sql: str, params=()):
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as con:
+            return con.execute(sql, params).fetchall()
+
+    def drop(self):
+        import psycopg
+
+        with psycopg.connect(self.server_url, autocommit=True) as con:
+            con.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+class TcpProxy:
+    """127.0.0.1 proxy to host:port; `cut()` closes the listener and every connection (the
+    database "goes away" for whoever talks through it) without touching the server."""
+
+    def __init__(self, host: str, port: int):
+        import socket
+
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.socks: list = []
+        self.alive = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+
+        while self.alive:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.alive:
+                client.close()
+                return
+            upstream = socket.create_connection(self.target)
+            self.socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def cut(self):
+        import socket
+
+        self.alive = False
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() (Linux)
+        except OSError:
+            pass
+        self.listener.close()
+        for s in self.socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
