@@ -70,6 +70,7 @@ class JobRunAdmin(ReadOnlyAdmin):
     search_fields = ["job", "slot", "note", "host", "command"]
     list_per_page = 50
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # facet counts would scan the whole history
     fieldsets = [
         (
             None,
@@ -164,6 +165,7 @@ class SlotClaimAdmin(ReadOnlyAdmin):
     ordering = ["-id"]
     list_per_page = 50
     show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
 
     @admin.display(description="run")
     def run_link(self, obj):
