@@ -8,6 +8,7 @@ that Debian's cron would silently misread, or that would never fire, is an error
 import calendar
 import datetime as dt
 import functools
+import itertools
 import re
 import shlex
 from collections.abc import Iterable
@@ -239,14 +240,16 @@ def split_job_line(line: str) -> tuple[str, list[str]]:
         first = rest.split(None, 1)[0]
         if _looks_like_a_field(first):
             following = rest.split()
-            count = 5 + sum(1 for _ in _takewhile(_looks_like_a_field, following))
+            count = 5 + sum(1 for _ in itertools.takewhile(_looks_like_a_field, following))
             raise ValueError(
                 f"{count} schedule fields: Debian's cron has five (minute hour day month "
                 "weekday), no seconds or year field"
             )
     if not any(c in rest for c in "'\"\\#"):
         argv = rest.split()  # what shlex would give, without its cost (1,000-job files)
-        return schedule, argv if argv else _no_command()
+        if not argv:
+            _no_command()
+        return schedule, argv
     try:
         argv = shlex.split(rest, comments=False, posix=True)
         commented = shlex.split(rest, comments=True, posix=True)
@@ -266,13 +269,6 @@ def split_job_line(line: str) -> tuple[str, list[str]]:
 
 def _no_command():
     raise ValueError("a job line needs a management command after the schedule")
-
-
-def _takewhile(predicate, items):
-    for item in items:
-        if not predicate(item):
-            return
-        yield item
 
 
 def _check_env_line(name: str, value: str, path: str, lineno: int, raw: str) -> str:
