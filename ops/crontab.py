@@ -503,6 +503,7 @@ class Result:
     changed: bool
     summary: Summary | None
     lines: list[str] = field(default_factory=list)  # what to print, in order
+    message: str = ""  # the summary: "installed N jobs: …" or "removed N jobs from …"
 
 
 def project_paths(settings) -> Paths:
@@ -607,7 +608,9 @@ def install_crontab(
             f"{target.describe()} (after install_crontab)",
         )
         lines = [line.rstrip("\n") for line in diff] if dry_run else []
-        return Result(True, summary, [*lines, f"nothing changed (dry run): would have {message}"])
+        return Result(
+            True, summary, [*lines, f"would have {message} (dry run, nothing changed)"], message
+        )
     target.check(new, old, block)
     if not remove:
         _ensure_log_dir(paths.log_dir, user)
@@ -622,4 +625,4 @@ def install_crontab(
         raise InstallError(
             f"{target.describe()} did not read back as written; the previous text was put back"
         )
-    return Result(True, summary, [message])
+    return Result(True, summary, [message], message)

@@ -214,7 +214,9 @@ def test_dry_run_prints_a_unified_diff_and_changes_nothing(sqlite_project, tmp_p
     assert result.returncode == 0, result.stderr
     assert f"--- {tab} (installed)" in result.stdout
     assert re.search(r"^\+0 3 \* \* \* cd .* run_job charge_daily", result.stdout, re.M)
-    assert result.stdout.strip().endswith(f"would have installed 1 jobs: +1 {MINUS}0 ~0")
+    assert result.stdout.strip().endswith(
+        f"would have installed 1 jobs: +1 {MINUS}0 ~0 (dry run, nothing changed)"
+    )
     assert tab.read_bytes() == FOREIGN
     assert not (sqlite_project.dir / "var" / "log").exists()
 
@@ -227,7 +229,7 @@ def test_check_exits_1_when_an_install_would_change_something_and_0_when_not(
 
     stale = install(sqlite_project, "--tabfile", str(tab), "--check")
     assert stale.returncode == 1
-    assert "crontab not up to date" in stale.stderr
+    assert f"crontab not up to date: would have installed 1 jobs: +1 {MINUS}0 ~0" in stale.stderr
     assert not tab.exists()
 
     install(sqlite_project, "--tabfile", str(tab))

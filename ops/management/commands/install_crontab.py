@@ -41,5 +41,8 @@ class Command(BaseCommand):
             self.stdout.write(line, ending="\n")
         last = result.lines[-1]
         if options["check"] and result.changed:
-            raise CommandError(f"crontab not up to date: {last}", returncode=EXIT_WOULD_CHANGE)
+            raise CommandError(
+                f"crontab not up to date: would have {result.message}",
+                returncode=EXIT_WOULD_CHANGE,
+            )
         self.stdout.write(self.style.SUCCESS(last) if result.changed else last)
