@@ -332,8 +332,26 @@ def cron_user():
         yield CronUser(name, home)
     finally:
         subprocess.run(["crontab", "-r", "-u", name], capture_output=True)
-        subprocess.run(["userdel", name], capture_output=True)
+        _remove_user(name)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _remove_user(name: str) -> None:
+    """userdel, retried: it fails while /etc/passwd is locked by a concurrent useradd, or
+    while a job cron started as this user still runs (those processes are ended, by pid)."""
+    import signal
+    import time
+
+    for _ in range(20):
+        if subprocess.run(["userdel", name], capture_output=True).returncode in (0, 6):
+            return
+        pids = subprocess.run(["pgrep", "-u", name], capture_output=True, text=True).stdout
+        for pid in pids.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.5)
 
 
 ECHO_ARGS = '''"""Test command: prints its arguments and environment as JSON (what reached it)."""
