@@ -50,6 +50,16 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# Benchmarks P1-P7 and fault scenarios F1-F7 (bench/RESULTS.md). Not part of `test`: they take
+# minutes and measure the machine. F3 needs PostgreSQL (bash .ci/services.sh); F5 and F6 use
+# root (a throwaway user, tmpfs mounts) when they have it. BENCH_ARGS=--quick for a smoke run,
+# BENCH_ARGS=--only=P4,F2 for some.
+bench: $(VENV)/.dev-installed
+	$(PY) bench/run.py bench $(BENCH_ARGS)
+
+faults: $(VENV)/.dev-installed
+	$(PY) bench/run.py faults $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) var/demo
 
