@@ -152,6 +152,10 @@ class Deployment:
         subprocess.run(["groupdel", self.user], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(f"/var/cache/cronops/{self.user}", ignore_errors=True)
+        try:
+            os.rmdir("/var/cache/cronops")  # only when no other deploy's checkout is left
+        except OSError:
+            pass
         Path(f"/etc/logrotate.d/cronops-{self.user}").unlink(missing_ok=True)
 
 
