@@ -6,9 +6,11 @@ packages, sets the system time zone to the one the machine already has (so the t
 change it), builds the virtualenv from PyPI and installs the crontab. Then, as the app user:
 the virtualenv imports the project, migrations are applied, `manage.py check` passes, the
 billing job runs by hand and from the installed cron line, and `.env` is 0600. A second deploy
-changes nothing, `--check --diff` reports nothing to do, a deploy from git gives the same
-result, and a deploy of a broken crontab.d fails at the install step, naming `file:line`,
-with the crontab of the previous deploy still in place.
+changes nothing, `--check --diff` reports nothing to do (and shows the crontab diff of a
+changed schedule without applying it), a deploy from git gives the same result, a deploy with
+a healthchecks.io API key syncs the checks (to a fake API on 127.0.0.1), and a deploy of a
+broken crontab.d fails at the install step, naming `file:line`, with the crontab of the
+previous deploy still in place.
 
 Needs root, Debian (apt, cron) and the dev extras (ansible-core): skipped on a developer
 machine without them, required in CI (CRONOPS_REQUIRE_ALL=1).
