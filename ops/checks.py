@@ -3,12 +3,12 @@
 | id | level | what |
 |---|---|---|
 | ops.E001 | error | crontab.d has an error (the message names file:line) |
-| ops.E002 | error | the system time zone differs from TIME_ZONE |
 | ops.E003 | error | OPS_LOCK_DIR cannot be created or written |
 | ops.E004 | error | OPS_LOG_DIR cannot be created or written |
 | ops.E005 | error | `.env` is readable by other users (world-readable) |
 | ops.W001 | warning | healthchecks.io pings are not configured for scheduled jobs |
 | ops.W002 | warning | `.env` is readable by its group |
+| ops.W003 | warning | the system time zone differs from TIME_ZONE (install_crontab refuses) |
 """
 
 import os
@@ -45,7 +45,15 @@ def check_crontabd(app_configs=None, **kwargs):
     if schedule is not None and schedule.jobs:
         problem = tz_mismatch(settings.TIME_ZONE)
         if problem:
-            messages.append(Error(problem, hint=tz_hint(settings.TIME_ZONE), id="ops.E002"))
+            # A warning, not an error: a laptop in another zone must still migrate and
+            # runserver; install_crontab, where the mismatch does harm, refuses outright.
+            messages.append(
+                Warning(
+                    f"{problem}: installed jobs would fire at the wrong hour",
+                    hint=tz_hint(settings.TIME_ZONE),
+                    id="ops.W003",
+                )
+            )
         unpinged = [j.name for j in schedule.jobs if not (j.options.ping or j.options.no_ping)]
         if unpinged and not settings.HEALTHCHECKS_PING_KEY:
             messages.append(
