@@ -110,6 +110,10 @@ OPS_HOST = os.environ.get("OPS_HOST") or socket.gethostname()
 OPS_CRONTAB_ID = os.environ.get("OPS_CRONTAB_ID") or ""
 OPS_HEARTBEAT_SECONDS = float(os.environ.get("OPS_HEARTBEAT_SECONDS") or 30)
 OPS_PING_BUDGET_SECONDS = float(os.environ.get("OPS_PING_BUDGET_SECONDS") or 10)
+# How late a slot may succeed before job_status calls it overdue, for jobs without --timeout.
+OPS_DEFAULT_GRACE = os.environ.get("OPS_DEFAULT_GRACE") or "1h"
+# The healthchecks.io tag that names this project's checks (default: cronops-<directory>).
+OPS_HC_TAG = os.environ.get("OPS_HC_TAG") or ""
 
 HEALTHCHECKS_PING_URL = os.environ.get("HEALTHCHECKS_PING_URL") or "https://hc-ping.com/"
 HEALTHCHECKS_PING_KEY = os.environ.get("HEALTHCHECKS_PING_KEY") or ""

@@ -16,7 +16,6 @@ The plan is computed from crontab.d and the checks the API lists, then applied w
 Checks carrying the project tag whose job is gone are reported, and deleted with `prune`.
 """
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ COMPARED = ("name", "tags", "desc", "grace", "schedule", "tz", "timeout")
 
 def project_tag(settings) -> str:
     """The tag naming this project's checks: OPS_HC_TAG, else from the project directory."""
-    explicit = getattr(settings, "OPS_HC_TAG", "") or os.environ.get("OPS_HC_TAG", "")
+    explicit = getattr(settings, "OPS_HC_TAG", "")
     if explicit:
         return explicit
     name = re.sub(r"[^a-z0-9_-]+", "-", Path(settings.BASE_DIR).name.lower()).strip("-")

@@ -22,7 +22,6 @@ and never less than 60 s: the same figure sync_healthchecks gives healthchecks.i
 """
 
 import datetime as dt
-import os
 import statistics
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
@@ -62,8 +61,8 @@ _RUN_FIELDS = (
 
 
 def default_grace() -> float:
-    """OPS_DEFAULT_GRACE (a setting, else the environment / .env), default one hour."""
-    value = getattr(settings, "OPS_DEFAULT_GRACE", "") or os.environ.get("OPS_DEFAULT_GRACE", "")
+    """OPS_DEFAULT_GRACE (settings, from the environment / .env), default one hour."""
+    value = getattr(settings, "OPS_DEFAULT_GRACE", "")
     return parse_duration(str(value)) if value else DEFAULT_GRACE
 
 

@@ -462,14 +462,13 @@ def test_without_an_api_key_it_says_where_to_get_one(configured, settings):
     assert "HEALTHCHECKS_API_KEY is not set" in error
 
 
-def test_the_default_tag_names_the_project_directory(settings, monkeypatch):
+def test_the_default_tag_names_the_project_directory(settings):
     from ops.hcsync import project_tag
 
-    monkeypatch.delenv("OPS_HC_TAG", raising=False)
     settings.OPS_HC_TAG = ""
     settings.BASE_DIR = "/srv/My Shop"
     assert project_tag(settings) == "cronops-my-shop"
-    monkeypatch.setenv("OPS_HC_TAG", "shop-prod")  # from .env
+    settings.OPS_HC_TAG = "shop-prod"  # OPS_HC_TAG in .env
     assert project_tag(settings) == "shop-prod"
 
 
