@@ -82,6 +82,12 @@ def manage(root: Path, *args, check=False, extra_env=None):
 
 def timed(argv: list[str], *, cwd: Path, extra_env=None, shell=False) -> tuple[float, int, int]:
     """(wall seconds, peak RSS KiB of the process tree's largest process, exit code)."""
+    return timed_cpu(argv, cwd=cwd, extra_env=extra_env, shell=shell)[:3]
+
+
+def timed_cpu(argv: list[str], *, cwd: Path, extra_env=None, shell=False):
+    """(wall seconds, peak RSS KiB, exit code, CPU seconds: user + system of it and its
+    waited-for children). CPU time hardly moves with the machine's load; wall time does."""
     start = time.perf_counter()
     proc = subprocess.Popen(
         argv,
@@ -94,7 +100,7 @@ def timed(argv: list[str], *, cwd: Path, extra_env=None, shell=False) -> tuple[f
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss, proc.returncode
+    return wall, usage.ru_maxrss, proc.returncode, usage.ru_utime + usage.ru_stime
 
 
 class PingServer:

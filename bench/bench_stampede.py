@@ -24,7 +24,7 @@ from _common import STAMP, PingServer, deployed_copy, env, goal, median, sqlite_
 
 
 def stampede(argvs: list[list[str]], root: Path, extra_env: dict, release: Path | None):
-    """Start every argv at once; [(seconds to exit, exit code)] in start order."""
+    """Start every argv at once; [(seconds to exit, exit code, CPU seconds)] in start order."""
     environ = env(**extra_env)
     procs, t0 = [], time.perf_counter()
     for argv in argvs:
@@ -34,10 +34,11 @@ def stampede(argvs: list[list[str]], root: Path, extra_env: dict, release: Path 
             )
         )
     started = time.perf_counter()
-    ends: dict[int, tuple[float, int]] = {}
+    ends: dict[int, tuple[float, int, float]] = {}
     while len(ends) < len(procs):
-        pid, status = os.wait()
-        ends[pid] = (time.perf_counter() - t0, os.waitstatus_to_exitcode(status))
+        pid, status, usage = os.wait4(-1, 0)
+        code = os.waitstatus_to_exitcode(status)
+        ends[pid] = (time.perf_counter() - t0, code, usage.ru_utime + usage.ru_stime)
         if release is not None and len(ends) == len(procs) - 1:
             release.touch()  # every loser is done: let the winner finish
     for p in procs:
@@ -65,25 +66,27 @@ def main() -> int:
     single = []
     for _ in range(5):
         timed([py, manage, "bench_noop"], cwd=root)
-    loser_times, bare_times, spawn_times = [], [], []
+    loser_times, bare_times, spawn_times, loser_cpu, bare_cpu = [], [], [], [], []
     executions, bad_rounds, loser_codes = [], [], {}
     day = dt.date(2001, 1, 1)
     for r in range(args.rounds):
         single.append(timed([py, manage, "bench_noop"], cwd=root)[0])
         bare, spawn = stampede([[py, manage, "bench_noop"]] * args.procs, root, extra, None)
-        bare_times.append(median([t for t, _ in bare]))
+        bare_times.append(median([t for t, _, _ in bare]))
+        bare_cpu += [c for _, _, c in bare]
         release = work / f"release-{r}"
         date = (day + dt.timedelta(days=r)).isoformat()
         argv = [py, manage, "run_job", f"--logical-date={date}", "bench_stamp"]
         argv += [f"--until-file={release}"]
         results, spawn = stampede([argv] * args.procs, root, extra, release)
         spawn_times.append(spawn)
-        codes = [c for _, c in results]
+        codes = [c for _, c, _ in results]
         winners = [i for i, c in enumerate(codes) if c == 0]
-        losers = [t for t, c in results if c != 0]
+        losers = [t for t, c, _ in results if c != 0]
         for c in codes:
             loser_codes[c] = loser_codes.get(c, 0) + 1
-        loser_times.append(median([t for t, c in results if c == 75]) if 75 in codes else 0)
+        loser_times.append(median([t for t, c, _ in results if c == 75]) if 75 in codes else 0)
+        loser_cpu += [cpu for _, c, cpu in results if c == 75]
         ran = sqlite_rows(
             root,
             "SELECT COUNT(*) FROM ops_jobrun WHERE logical_date = ? AND outcome = 'succeeded'",
@@ -108,6 +111,13 @@ def main() -> int:
         f"{median(spawn_times) * 1000:.0f} ms)"
     )
     print(f"run_job exit codes over all rounds: {dict(sorted(loser_codes.items()))}")
+    print(
+        f"CPU time per process (user + system), median: bare {median(bare_cpu) * 1000:.0f} ms, "
+        f"loser {median(loser_cpu) * 1000:.0f} ms (ratio {median(loser_cpu) / median(bare_cpu):.2f}"
+        "; the load of a shared machine moves wall time, hardly CPU time)"
+    )
+    ratios = [round(a / b, 2) for a, b in zip(loser_times, bare_times, strict=True)]
+    print(f"per-round ratios loser/bare: {ratios}")
     goal(
         "P4",
         f"executions per round {sorted(set(executions))} (job bodies started: {starts}; "
