@@ -13,6 +13,7 @@ from django.db.models import Q
 from .models import JobRun, Outcome, SlotClaim
 from .slots import Slot
 
+STALE_HEARTBEATS = 3  # a claim from another host is dead after this many missed heartbeats
 RETRYABLE = [Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED]
 
 

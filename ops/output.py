@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 
 CHUNK = 65536
 
@@ -40,7 +41,9 @@ class Tail:
     def text(self, limit: int | None = None) -> str:
         data = self.bytes(limit)
         cut = self.total > len(data)
-        text = data.decode("utf-8", errors="replace")
+        # PostgreSQL text cannot hold NUL: one NUL in a job's output must not make its outcome
+        # unrecordable (the slot would then run again and again).
+        text = data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
         if cut:
             text = text[1:] if text.startswith("\ufffd") else text
             return f"[cronops] output truncated, last {len(data)} of {self.total} bytes\n{text}"
@@ -79,11 +82,14 @@ class CapturedOutput:
         for fd in (1, 2):
             read_end, write_end = os.pipe()
             self._saved[fd] = os.dup(fd)
+            # The reader gets a descriptor of its own, closed only by itself: a background child
+            # that outlives the job keeps writing to the real output, never to a reused number.
+            original = os.dup(fd)
             os.dup2(write_end, fd)
             os.close(write_end)
             thread = threading.Thread(
                 target=self._pump,
-                args=(read_end, self._saved[fd]),
+                args=(read_end, original),
                 daemon=True,
                 name=f"cronops-output-{fd}",
             )
@@ -102,6 +108,7 @@ class CapturedOutput:
                     self._count_loss(*_write_all(original, chunk))
         finally:
             os.close(read_end)
+            os.close(original)
 
     def _count_loss(self, lost: int, reason: str) -> None:
         if lost:
@@ -127,8 +134,9 @@ class CapturedOutput:
         for fd, saved in self._saved.items():
             os.dup2(saved, fd)  # drops our pipe's write end: its reader sees EOF
         # A background child that still holds the pipe must not hold the runner up.
+        deadline = time.monotonic() + join_timeout
         for thread in self._threads:
-            thread.join(join_timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
         for saved in self._saved.values():
             os.close(saved)
         self._saved = {}

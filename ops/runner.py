@@ -10,7 +10,8 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -33,7 +34,6 @@ EXIT_TIMEOUT = 124
 EXIT_USAGE = 2
 TAIL_BYTES = 100_000  # hosted healthchecks keeps 100,000 bytes of a ping body
 HISTORY_TAIL_BYTES = 10_000
-STALE_HEARTBEATS = 3  # a claim is dead after this many missed heartbeats
 
 
 class UsageError(Exception):
@@ -48,11 +48,10 @@ class JobInterrupted(BaseException):
 
 @dataclass
 class Plan:
-    """What to run: the resolved options, the declared job (if any) and its slots."""
+    """What to run: the resolved options and the declared job (if any)."""
 
     options: RunOptions
     job: Job | None
-    slots: list[Slot | None] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -81,7 +80,7 @@ def say(message: str, stream=None) -> None:
         pass
 
 
-def resolve(argv: list[str]) -> RunOptions | Job:
+def resolve(argv: list[str]) -> Plan:
     try:
         cli = parse_run_args(argv)
     except OptionsError as exc:
@@ -111,11 +110,21 @@ def plan_slots(plan: Plan, now: dt.datetime, tz: ZoneInfo) -> list[Slot | None]:
     opts, expr = plan.options, plan.job.cron_expr if plan.job else None
     if opts.logical_date is not None:
         if expr is None:
-            return [date_slot(opts.logical_date)]
-        try:
-            return [slot_on_date(expr, opts.logical_date, tz)]
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            slot = date_slot(opts.logical_date)
+            comes = dt.datetime.combine(opts.logical_date, dt.time(0), tzinfo=tz)
+        else:
+            try:
+                slot = slot_on_date(expr, opts.logical_date, tz)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            comes = slot.at
+        if comes > now:
+            # Running a future slot now would make the real run that day a no-op.
+            raise UsageError(
+                f"--logical-date {opts.logical_date} is in the future: its slot ({slot}) has "
+                "not come yet"
+            )
+        return [slot]
     if expr is None:
         return [None]  # unscheduled: lock, history and pings, but no slot gate
     slot = current_slot(expr, now, tz)
@@ -147,57 +156,104 @@ def command_line(plan: Plan, slot: Slot | None) -> list[str]:
     return args
 
 
-def execute(command: str, args: list[str]) -> int:
-    """Run a management command in this process; its exit code as a shell would see it."""
+def _status(code: int) -> int:
+    """An exit status a shell (and a healthchecks /<code> ping) can carry: 0-255, else 1."""
+    return code if 0 <= code <= 255 else 1
+
+
+def execute(command: str, args: list[str]) -> tuple[int, str]:
+    """Run a management command in this process: (exit code as a shell sees it, error line)."""
     from django.core.management import call_command
 
     try:
         call_command(command, *args)
     except CommandError as exc:
-        sys.stderr.write(f"CommandError: {exc}\n")
-        return exc.returncode or 1
+        _flush_stdout()  # keep the job's own output before the error in the log
+        line = f"CommandError: {exc}"
+        sys.stderr.write(line + "\n")
+        return _status(exc.returncode or 1), line
     except SystemExit as exc:
         if exc.code is None:
-            return 0
+            return 0, ""
         if isinstance(exc.code, int):
-            return exc.code
+            code = _status(exc.code)
+            return code, f"exit {exc.code}" if code else ""
+        _flush_stdout()
         sys.stderr.write(f"{exc.code}\n")
-        return 1
+        return 1, str(exc.code)
     except JobInterrupted:
         raise
-    except Exception:
+    except Exception as exc:
+        _flush_stdout()
         traceback.print_exc()
-        return 1
-    return 0
+        return 1, f"{type(exc).__name__}: {_one_line(exc)}"
+    return 0, ""
 
 
-class Watch:
-    """Turns --timeout, SIGTERM and SIGINT into JobInterrupted in the main thread."""
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
-    def __init__(self, timeout: float | None):
-        self.timeout = timeout
+
+class Guard:
+    """SIGTERM, SIGINT and --timeout for the whole run.
+
+    While the command runs, a signal raises JobInterrupted inside it. At any other moment
+    (claim, record, pings) it is only noted, and acted on at the next safe point, so that a
+    claim is never left "running" by a signal that arrived between two database writes.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
+
+    def __init__(self):
+        self.pending: JobInterrupted | None = None
+        self._armed = False
+        self._timeout: float | None = None
         self._previous = {}
 
     def _on_signal(self, signum, frame):
         if signum == signal.SIGALRM:
-            raise JobInterrupted(
-                Outcome.TIMED_OUT, EXIT_TIMEOUT, f"timed out after {self.timeout:g}s"
+            interrupted = JobInterrupted(
+                Outcome.TIMED_OUT, EXIT_TIMEOUT, f"timed out after {self._timeout:g}s"
             )
-        name = signal.Signals(signum).name
-        raise JobInterrupted(Outcome.TERMINATED, 128 + signum, f"terminated by {name}")
+        else:
+            name = signal.Signals(signum).name
+            interrupted = JobInterrupted(Outcome.TERMINATED, 128 + signum, f"terminated by {name}")
+        if self._armed:
+            self._armed = False
+            raise interrupted
+        if self.pending is None:
+            self.pending = interrupted
 
-    def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+    def install(self) -> None:
+        for sig in self.SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
-        if self.timeout:
-            signal.setitimer(signal.ITIMER_REAL, self.timeout)
-        return self
 
-    def __exit__(self, *exc):
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        return False
+    def uninstall(self) -> None:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        finally:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+            self._previous = {}
+
+    @contextmanager
+    def command(self, timeout: float | None):
+        """The window in which a signal (or the timeout) interrupts the command."""
+        if self.pending is not None:  # arrived during the claim: the command never starts
+            pending, self.pending = self.pending, None
+            raise pending
+        self._timeout = timeout
+        self._armed = True
+        if timeout:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            yield
+        finally:
+            self._armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 class Heartbeat:
@@ -212,7 +268,12 @@ class Heartbeat:
         try:
             while not self._stop.wait(self.interval):
                 try:
-                    claims.heartbeat(self.run, timezone.now())
+                    if not claims.heartbeat(self.run, timezone.now()):
+                        say(
+                            f"job {self.run.job}: this run no longer owns its claim on "
+                            f"{self.run.slot} (another host took it over: check the clocks)",
+                            sys.stderr,
+                        )
                 except DatabaseError as exc:
                     say(f"job {self.run.job}: heartbeat failed: {_one_line(exc)}", sys.stderr)
         finally:
@@ -244,7 +305,8 @@ class Runner:
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.ping_config = PingConfig.from_settings()
-        self.database_lost = False
+        self.guard = Guard()
+        self.stop = False  # set by a timeout, a signal or a lost database: no further slots
 
     def pinger(self) -> Pinger:
         return Pinger(
@@ -272,6 +334,13 @@ class Runner:
         return exit_code
 
     def run(self) -> int:
+        self.guard.install()
+        try:
+            return self._run()
+        finally:
+            self.guard.uninstall()
+
+    def _run(self) -> int:
         now = timezone.now()
         lock = JobLock(
             settings.OPS_LOCK_DIR,
@@ -287,11 +356,17 @@ class Runner:
             slots = plan_slots(self.plan, now, tz)
             exit_code = 0
             for slot in slots:
+                if self.guard.pending is not None:  # a signal between two slots
+                    pending = self.guard.pending
+                    say(f"job {self.plan.name}: {pending.note}", self.stderr)
+                    return exit_code or pending.exit_code
                 code = self.run_slot(slot)
                 if code and not exit_code:
                     exit_code = code  # the first failure's code, also when a later slot succeeds
-                if code in (EXIT_TIMEOUT,) or code > 128 or self.database_lost:
+                if self.stop:
                     break
+            if self.guard.pending is not None:  # arrived while recording or pinging
+                exit_code = exit_code or self.guard.pending.exit_code
             return exit_code
         finally:
             lock.release()
@@ -306,7 +381,7 @@ class Runner:
                 pid=self.pid,
                 now=now,
                 force=bool(self.opts.force),
-                stale_after=STALE_HEARTBEATS * settings.OPS_HEARTBEAT_SECONDS,
+                stale_after=claims.STALE_HEARTBEATS * settings.OPS_HEARTBEAT_SECONDS,
                 command=self.opts.command,
             )
             if result.status == "done":
@@ -343,17 +418,17 @@ class Runner:
         started = time.monotonic()
         outcome, note = Outcome.SUCCEEDED, ""
         try:
-            with Heartbeat(run, settings.OPS_HEARTBEAT_SECONDS), Watch(self.opts.timeout):
-                with captured:
-                    try:
-                        exit_code = execute(self.opts.command, args)
-                    except JobInterrupted as interrupted:
-                        captured.restore()
-                        outcome, exit_code, note = (
-                            interrupted.outcome,
-                            interrupted.exit_code,
-                            interrupted.note,
-                        )
+            with Heartbeat(run, settings.OPS_HEARTBEAT_SECONDS), captured:
+                try:
+                    with self.guard.command(self.opts.timeout):
+                        exit_code, note = execute(self.opts.command, args)
+                except JobInterrupted as interrupted:
+                    captured.restore()
+                    outcome, exit_code, note = (
+                        interrupted.outcome,
+                        interrupted.exit_code,
+                        interrupted.note,
+                    )
         except JobInterrupted as late:  # a signal between the command's end and our cleanup
             captured.restore()
             outcome, exit_code, note = late.outcome, late.exit_code, late.note
@@ -364,8 +439,9 @@ class Runner:
             captured.replay()
         captured.close()
         lost_output = captured.loss_note()
-        if note:
+        if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED):
             say(f"job {self.plan.name}: {note}", self.stderr)
+            self.stop = True
         if lost_output:
             # The log's disk is full (or the reader is gone). The job's outcome stands (a done
             # slot must not run again), but the history notes it and the ping fails so that
@@ -385,7 +461,7 @@ class Runner:
                 f"{exit_code}): {lost}"
             )
             say(f"error: job {self.plan.name}: {note}", self.stderr)
-            exit_code, kind, self.database_lost = exit_code or 1, "fail", True
+            exit_code, kind, self.stop = exit_code or 1, "fail", True
         body = b"" if self.opts.no_output_in_ping else tail.text().encode()
         head = f"cronops: {note}\n".encode() if note else b""
         pinger.finish(exit_code, body, kind=kind, head=head)
@@ -414,6 +490,7 @@ class Runner:
 def run(argv: list[str], *, stdout=None, stderr=None) -> int:
     """Run `argv` (run_job's arguments) and return the exit code."""
     stderr = stderr or sys.stderr
+    plan = None
     try:
         plan = resolve(argv)
         runner = Runner(plan, stdout=stdout, stderr=stderr)
@@ -425,19 +502,23 @@ def run(argv: list[str], *, stdout=None, stderr=None) -> int:
         # The lock directory cannot be used (read-only or full file system, permissions):
         # nothing can run on this host until it is fixed, so monitoring hears about it.
         say(f"error: {exc}", stderr)
-        _fail_ping(argv, str(exc))
+        _fail_ping(plan, argv, str(exc))
         return 1
     except DatabaseError as exc:
         say(f"error: database unavailable: {_one_line(exc)}", stderr)
-        _fail_ping(argv, f"database unavailable: {_one_line(exc)}")
+        _fail_ping(plan, argv, f"database unavailable: {_one_line(exc)}")
         return 1
 
 
-def _fail_ping(argv: list[str], message: str) -> None:
-    try:
-        opts = parse_run_args(argv)
-    except OptionsError:
-        return
+def _fail_ping(plan: Plan | None, argv: list[str], message: str) -> None:
+    """A /fail ping for a run that could not start, with the job's declared ping options."""
+    if plan is not None:
+        opts = plan.options
+    else:
+        try:
+            opts = parse_run_args(argv)
+        except OptionsError:
+            return
     pinger = Pinger(
         PingConfig.from_settings(), opts.job_name, override=opts.ping, enabled=not opts.no_ping
     )

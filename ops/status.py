@@ -28,6 +28,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 
+from . import claims
 from .crontabd import Job, Schedule
 from .durations import parse_duration
 from .models import JobRun, Outcome, SlotClaim
@@ -40,7 +41,6 @@ FAILURES = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABAND
 WINDOW = 20  # recent attempts read per job: medians and the failure streak come from these
 MIN_GRACE = 60.0  # healthchecks.io's minimum grace
 DEFAULT_GRACE = 3600.0
-STALE_HEARTBEATS = 3  # as in the runner: a claim is dead after this many missed heartbeats
 SCHEMA_VERSION = 1
 
 _RUN_FIELDS = (
@@ -178,10 +178,11 @@ def _alive(run: JobRun, job: Job | None, now: dt.datetime, heartbeat: float) -> 
     if run.slot:
         claim = SlotClaim.objects.filter(job=run.job, slot=run.slot, run_id=run.pk).first()
         if claim is not None:
-            return now - claim.heartbeat_at <= dt.timedelta(seconds=STALE_HEARTBEATS * heartbeat)
+            stale_after = dt.timedelta(seconds=claims.STALE_HEARTBEATS * heartbeat)
+            return now - claim.heartbeat_at <= stale_after
     timeout = job.options.timeout if job is not None else None
     if timeout:
-        limit = timeout + STALE_HEARTBEATS * heartbeat
+        limit = timeout + claims.STALE_HEARTBEATS * heartbeat
         return now - run.started_at <= dt.timedelta(seconds=limit)
     return True
 

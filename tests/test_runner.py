@@ -548,3 +548,79 @@ def test_no_secret_from_the_env_file_appears_in_output_history_or_ping_bodies(
     assert "kaput" in text  # the check below looks at real output
     for secret in (PING_KEY, secret_key):
         assert secret not in text
+
+
+def test_a_nul_byte_in_the_output_is_recorded_and_the_slot_is_not_run_again(project):
+    project.add_command("t_nul", "sys.stdout.write('before\\x00after\\n')")
+    project.write_cron("t.cron", "0 0 * * * t_nul\n")
+    first, second = project.run_job("t_nul"), project.run_job("t_nul")
+    assert first.returncode == 0, first.stderr
+    assert "already done" in second.stdout
+    [(tail,)] = project.db.query("SELECT output_tail FROM ops_jobrun WHERE outcome = 'succeeded'")
+    assert "before\ufffdafter" in tail
+
+
+def test_a_signal_during_the_claim_records_the_run_terminated_and_never_starts_the_command(
+    sqlite_project, ping_server
+):
+    project = sqlite_project
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    # The command's module takes 3 s to import, which happens after the claim is taken.
+    project.add_command("t_slow_import", "print('the command ran')")
+    path = project.dir / "commands/management/commands/t_slow_import.py"
+    path.write_text("import time\ntime.sleep(3)\n" + path.read_text())
+    project.write_cron("t.cron", "0 0 * * * t_slow_import\n")
+    proc = project.popen("run_job", "t_slow_import")
+    deadline = time.monotonic() + 30
+    while not project.db.query("SELECT 1 FROM ops_slotclaim") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert "the command ran" not in out
+    assert [r[3:5] for r in project.db.runs()] == [("terminated", 143)]
+    assert project.db.query("SELECT state FROM ops_slotclaim") == [("terminated",)]
+    assert ping_server.log[-1][0].path.endswith("/t_slow_import/fail")
+
+
+def test_a_future_logical_date_is_refused(sqlite_project):
+    project = sqlite_project
+    project.write_cron("10-billing.cron", "0 3 * * * charge_daily\n")
+    tomorrow = today_utc() + dt.timedelta(days=2)
+    result = project.run_job(f"--logical-date={tomorrow}", "charge_daily")
+    assert result.returncode == 2
+    assert f"--logical-date {tomorrow} is in the future" in result.stderr
+    assert project.db.runs() == []
+
+
+def test_an_exit_code_a_shell_cannot_carry_becomes_1(sqlite_project):
+    sqlite_project.add_command("t_exit", "raise SystemExit(256)")
+    result = sqlite_project.run_job("t_exit")
+    assert result.returncode == 1
+    assert [r[3:6] for r in sqlite_project.db.runs()] == [("failed", 1, "exit 256")]
+
+
+def test_a_failed_run_keeps_its_error_line_in_the_history(sqlite_project):
+    sqlite_project.add_command("t_fail", "raise CommandError('payment gateway: 503', returncode=3)")
+    assert sqlite_project.run_job("t_fail").returncode == 3
+    [(outcome, code, note)] = [r[3:6] for r in sqlite_project.db.runs()]
+    assert (outcome, code, note) == ("failed", 3, "CommandError: payment gateway: 503")
+
+
+def test_a_run_that_cannot_start_pings_the_check_declared_in_crontab_d(sqlite_project, ping_server):
+    project = sqlite_project
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    uuid = "0e8c9c4a-8c7b-4f57-9d2a-2f2b1f0a6a11"
+    project.add_command("t_ok", "print('fine')")
+    project.write_cron(
+        "t.cron", f"0 0 * * * --ping={uuid} t_ok\n@daily --no-ping --name=quiet t_ok\n"
+    )
+    _, url = _refusing()
+    dead = url.replace("http://", "postgres://nobody:pw@").rstrip("/") + "/db"
+    assert project.run_job("t_ok", env={"DATABASE_URL": dead}).returncode == 1
+    assert project.run_job("--name=quiet", "t_ok", env={"DATABASE_URL": dead}).returncode == 1
+    assert [req.path for req, _ in ping_server.log] == [f"/{uuid}/fail"]
