@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-DEMO := OPS_VAR_DIR=var/demo OPS_CRONTAB_DIR=crontab.d
+# The demo never touches a real .env's database or healthchecks project: empty values win
+# over .env (the environment always does).
+DEMO := OPS_VAR_DIR=var/demo OPS_CRONTAB_DIR=crontab.d DATABASE_URL= HEALTHCHECKS_PING_KEY= \
+	HEALTHCHECKS_API_KEY= TIME_ZONE=UTC
 .PHONY: demo test lint bench faults clean
 
 $(PY):

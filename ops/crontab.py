@@ -607,7 +607,9 @@ def install_crontab(
             f"{target.describe()} (installed)",
             f"{target.describe()} (after install_crontab)",
         )
-        lines = [line.rstrip("\n") for line in diff] if dry_run else []
+        # Foreign lines are shown too, and Ansible prints this: never a known secret.
+        secrets = secrets_of(settings)
+        lines = [redact(line.rstrip("\n"), secrets) for line in diff] if dry_run else []
         return Result(
             True, summary, [*lines, f"would have {message} (dry run, nothing changed)"], message
         )

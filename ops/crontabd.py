@@ -68,13 +68,18 @@ _ENV_HINTS = {
 }
 
 
+_PING_VALUE = re.compile(r"(--ping(?:=|\s+))(\S+)")
+
+
 class CrontabError(ValueError):
     """A crontab.d problem, always located: `file:line: message (in: text)`."""
 
     def __init__(self, path, lineno, message, text=""):
         self.path, self.lineno, self.message, self.text = str(path), lineno, message, text
         where = f"{self.path}:{lineno}" if lineno else self.path
-        shown = _CONTROL.sub("?", text.strip())
+        # A --ping value is a credential (a check UUID or a URL with the ping key): these
+        # messages reach job logs and cron mail, so it is never echoed.
+        shown = _PING_VALUE.sub(r"\1<hidden>", _CONTROL.sub("?", text.strip()))
         super().__init__(f"{where}: {message}" + (f" (in: {shown})" if shown else ""))
 
 

@@ -66,6 +66,7 @@ class Pinger:
         self.rid = str(uuid.uuid4())
         self.body_limit: int | None = None
         self._start_thread: threading.Thread | None = None
+        self._finishing = threading.Event()  # a /start retried after the end would reopen it
 
     @property
     def enabled(self) -> bool:
@@ -96,8 +97,10 @@ class Pinger:
             return False
         deadline = time.monotonic() + self.config.budget
         if self._start_thread is not None:
-            # Keep order (start before the end) but leave half the budget to the final ping.
+            # Keep order (start before the end) but leave half the budget to the final ping;
+            # a start still retrying after that gives up.
             self._start_thread.join(max(0.0, self.config.budget / 2))
+            self._finishing.set()
         if kind == "fail":
             suffix = "/fail"
         else:
@@ -126,6 +129,8 @@ class Pinger:
         url = f"{self.url}{suffix}?{query}"
         reason = ""
         for attempt in range(ATTEMPTS):
+            if kind == "start" and self._finishing.is_set():
+                return False
             # The budget is a bound, not a target: keep a margin for the connection's setup
             # and teardown, so a server that never answers costs at most the budget.
             remaining = deadline - time.monotonic() - MARGIN
@@ -133,7 +138,7 @@ class Pinger:
                 break
             try:
                 status, headers, text = post(url, body, timeout=min(ATTEMPT_TIMEOUT, remaining))
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, ValueError, http.client.HTTPException) as exc:
                 # Exception texts may carry the URL, and so the key: name the class only.
                 reason = type(exc).__name__
             else:

@@ -35,9 +35,9 @@ class Holder:
 
 def ensure_lock_dir(directory: Path) -> Path:
     try:
+        # Created 0700; an existing directory is left as it is (it may be shared, like
+        # /run/lock): `manage.py check` says when it cannot be used.
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if directory.stat().st_mode & 0o077:
-            os.chmod(directory, 0o700)
     except OSError as exc:
         raise LockError(f"lock directory {directory}: {exc.strerror}") from None
     if not os.access(directory, os.W_OK | os.X_OK):

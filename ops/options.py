@@ -3,6 +3,7 @@
 import argparse
 import datetime as dt
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 
 from .durations import parse_duration
@@ -73,7 +74,14 @@ def _name(text):
 
 
 def _ping(text):
-    if PING_UUID.match(text) or text.startswith(("http://", "https://")):
+    if PING_UUID.match(text):
+        return text
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError:
+        parts = None
+    if parts and parts.scheme in ("http", "https") and parts.hostname:
         return text
     raise argparse.ArgumentTypeError("bad --ping: use a check UUID or an http(s) ping URL")
 

@@ -104,3 +104,13 @@ def test_a_comment_separated_by_a_blank_line_is_not_a_description():
 
 def test_mailto_may_be_empty_to_send_no_mail():
     assert parse_text('MAILTO=""\n', "x.cron").mailto == ""
+
+
+def test_an_error_message_never_echoes_a_ping_url_or_uuid():
+    from ops.crontabd import CrontabError, parse_text
+
+    line = "0 0 * * * --ping=https://hc-ping.com/SECRETPINGKEY123/x --timeout=zz check\n"
+    with pytest.raises(CrontabError) as error:
+        parse_text(line, "a.cron", known_commands=["check"])
+    assert "SECRETPINGKEY123" not in str(error.value)
+    assert "--ping=<hidden>" in str(error.value)

@@ -11,6 +11,7 @@ class Command(BaseCommand):
         "Delete run history older than DURATION (each job's latest run and latest success are "
         "kept; slot claims are kept)."
     )
+    requires_system_checks = []  # it checks what it needs; a broken .env mode must not block it
 
     def add_arguments(self, parser):
         parser.add_argument(
