@@ -505,3 +505,37 @@ def load_schedule(
         result.jobs.extend(part.jobs)
         result.files.append(str(path))
     return result
+
+
+def load_jobs_leniently(directory: Path | str | None = None, known_commands=None) -> dict:
+    """{name: Job} for every job whose own line is valid, even when other lines are not.
+
+    run_job falls back on this when crontab.d has an error, so that one bad line (say, from a
+    deploy that went wrong half-way) stops only its own job, not every job on the host. A name
+    declared twice is left out: which of the two is meant cannot be known.
+    """
+    if directory is None:
+        from django.conf import settings
+
+        directory = settings.OPS_CRONTAB_DIR
+    if known_commands is None:
+        from django.core.management import get_commands
+
+        known_commands = get_commands()
+    found: dict[str, Job | None] = {}
+    for path in sorted(Path(directory).glob("*.cron")):
+        try:
+            lines = path.read_bytes().decode("utf-8").split("\n")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for lineno, raw in enumerate(lines, start=1):
+            line = raw.strip(" \t")
+            if not line or line.startswith("#") or _ENV_LINE.match(line):
+                continue
+            try:
+                job = parse_text(line, str(path), known_commands).jobs[0]
+            except (CrontabError, IndexError):
+                continue
+            job.lineno = lineno
+            found[job.name] = None if job.name in found else job
+    return {name: job for name, job in found.items() if job is not None}

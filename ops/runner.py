@@ -21,7 +21,7 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from . import claims
-from .crontabd import CrontabError, Job, load_schedule
+from .crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
 from .healthchecks import PingConfig, Pinger
 from .lock import JobLock, LockError
 from .models import JobRun, Outcome
@@ -80,16 +80,19 @@ def say(message: str, stream=None) -> None:
         pass
 
 
-def resolve(argv: list[str]) -> Plan:
+def resolve(argv: list[str], stderr=None) -> Plan:
     try:
         cli = parse_run_args(argv)
     except OptionsError as exc:
         raise UsageError(str(exc)) from None
     try:
-        schedule = load_schedule()
+        job = load_schedule().get(cli.job_name)
     except CrontabError as exc:
-        raise UsageError(f"{exc} (run_job reads crontab.d for the job's schedule)") from None
-    job = schedule.get(cli.job_name)
+        job = load_jobs_leniently().get(cli.job_name)
+        if job is None:
+            raise UsageError(f"{exc} (run_job reads crontab.d for the job's schedule)") from None
+        # One bad line stops only its own job: this one's line is valid, so it runs.
+        say(f"warning: {exc} (job {job.name} is declared validly and runs)", stderr)
     if job is not None and job.options.command != cli.command and cli.command != job.name:
         raise UsageError(
             f"job {job.name!r} is declared at {job.path}:{job.lineno} with command "
@@ -492,7 +495,7 @@ def run(argv: list[str], *, stdout=None, stderr=None) -> int:
     stderr = stderr or sys.stderr
     plan = None
     try:
-        plan = resolve(argv)
+        plan = resolve(argv, stderr)
         runner = Runner(plan, stdout=stdout, stderr=stderr)
         return runner.run()
     except UsageError as exc:

@@ -624,3 +624,18 @@ def test_a_run_that_cannot_start_pings_the_check_declared_in_crontab_d(sqlite_pr
     assert project.run_job("t_ok", env={"DATABASE_URL": dead}).returncode == 1
     assert project.run_job("--name=quiet", "t_ok", env={"DATABASE_URL": dead}).returncode == 1
     assert [req.path for req, _ in ping_server.log] == [f"/{uuid}/fail"]
+
+
+def test_a_bad_line_in_crontab_d_stops_only_its_own_job(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_ok", "print('fine')")
+    project.write_cron("10-good.cron", "0 0 * * * t_ok\n")
+    bad = project.write_cron("20-bad.cron", "0 0 * * * --timeout=soon --name=broken t_ok\n")
+    good = project.run_job("t_ok")
+    assert good.returncode == 0, good.stderr
+    assert f"warning: {bad}:1: runner options" in good.stderr
+    assert [(r[0], r[3]) for r in project.db.runs()] == [("t_ok", "succeeded")]
+    broken = project.run_job("--name=broken", "t_ok")
+    assert broken.returncode == 2
+    assert f"{bad}:1" in broken.stderr
+    assert len(project.db.runs()) == 1
