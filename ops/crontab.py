@@ -192,6 +192,9 @@ def split_block(text: str, crontab_id: str) -> Split:
     return Split("".join(lines[:b]), "".join(lines[b : e + 1]), "".join(lines[e + 1 :]))
 
 
+_ENV = re.compile(r"^\s*MAILTO\s*=")
+
+
 def splice(text: str, block: str, crontab_id: str) -> str:
     """`text` with this project's block replaced by `block` (removed when empty), kept last.
 
@@ -199,9 +202,10 @@ def splice(text: str, block: str, crontab_id: str) -> str:
     them is a final newline added when the text lacks one and a block follows.
     """
     part = split_block(text, crontab_id)
-    if part.found and block and _only_blocks(part.after):
+    if part.found and block and _only_blocks(part.after) and not _sets_mailto(block):
         # Only other cronops blocks follow: stay in place, so that two projects sharing a
-        # crontab do not swap places on every install.
+        # crontab do not swap places on every install. Not with a MAILTO of ours, which
+        # would reach the blocks below.
         return part.before + block + part.after
     foreign = part.before + part.after
     if not block:
@@ -209,6 +213,10 @@ def splice(text: str, block: str, crontab_id: str) -> str:
     if foreign and not foreign.endswith("\n"):
         foreign += "\n"
     return foreign + block
+
+
+def _sets_mailto(block: str) -> bool:
+    return any(_ENV.match(line) for line in block.splitlines())
 
 
 def _only_blocks(text: str) -> bool:
