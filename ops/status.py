@@ -22,6 +22,7 @@ and never less than 60 s: the same figure sync_healthchecks gives healthchecks.i
 """
 
 import datetime as dt
+import os
 import statistics
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
@@ -175,6 +176,8 @@ def _last_lag(recent: list[JobRun], expr: str | None, tz: ZoneInfo) -> float | N
 
 def _alive(run: JobRun, job: Job | None, now: dt.datetime, heartbeat: float) -> bool:
     """Whether a run recorded as running still has a live process behind it."""
+    if run.host == settings.OPS_HOST and not _pid_alive(run.pid):
+        return False  # on this host the process table knows (a killed ad-hoc run, say)
     if run.slot:
         claim = SlotClaim.objects.filter(job=run.job, slot=run.slot, run_id=run.pk).first()
         if claim is not None:
@@ -184,6 +187,16 @@ def _alive(run: JobRun, job: Job | None, now: dt.datetime, heartbeat: float) -> 
     if timeout:
         limit = timeout + claims.STALE_HEARTBEATS * heartbeat
         return now - run.started_at <= dt.timedelta(seconds=limit)
+    return True
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, under another user
     return True
 
 

@@ -639,3 +639,16 @@ def test_a_bad_line_in_crontab_d_stops_only_its_own_job(sqlite_project):
     assert broken.returncode == 2
     assert f"{bad}:1" in broken.stderr
     assert len(project.db.runs()) == 1
+
+
+def test_job_status_sees_that_a_killed_ad_hoc_run_is_dead(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_sleep", SLEEPER)
+    victim = project.popen("run_job", "t_sleep", env={"SLEEP": "60"})
+    wait_for_line(victim, "working")
+    running = json.loads(project.manage("job_status", "--json", "--job", "t_sleep").stdout)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    dead = json.loads(project.manage("job_status", "--json", "--job", "t_sleep").stdout)
+    assert running["jobs"][0]["state"] == "running"
+    assert dead["jobs"][0]["state"] == "failing"
