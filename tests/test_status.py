@@ -79,7 +79,7 @@ def scenario_rows():
             "finished_at": None if duration is None else start + dt.timedelta(seconds=duration),
             "duration": duration,
             "lag": (start - slot_at).total_seconds() if slot_at else None,
-            "host": "host-a",
+            "host": "web-2",  # another host: its pids mean nothing here
             "pid": 4242,
             "rid": "",
             "command": "sleep_demo",
@@ -95,7 +95,7 @@ def scenario_rows():
                         "slot": slot,
                         "logical_date": slot_at.date(),
                         "state": outcome,
-                        "host": "host-a",
+                        "host": "web-2",  # another host: its pids mean nothing here
                         "pid": 4242,
                         "started_at": start,
                         "heartbeat_at": beat or start,
