@@ -10,20 +10,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from .durations import human_duration
 from .models import JobRun, Outcome, SlotClaim
 from .status import history_job_names
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    if value < 120:
-        return f"{value:.1f} s"
-    if value < 7200:
-        return f"{value / 60:.1f} min"
-    return f"{value / 3600:.1f} h"
 
 
 class JobFilter(admin.SimpleListFilter):
@@ -130,11 +119,11 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="duration", ordering="duration")
     def duration_display(self, obj):
-        return _seconds(obj.duration)
+        return human_duration(obj.duration) or "-"
 
     @admin.display(description="start lag", ordering="lag")
     def lag_display(self, obj):
-        return _seconds(obj.lag)
+        return human_duration(obj.lag) or "-"
 
     @admin.display(description="output tail")
     def output(self, obj):

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .options import OptionsError, RunOptions, parse_run_args
+from .options import JOB_NAME, OptionsError, RunOptions, parse_run_args
 
 SPECIALS = {
     "@yearly": "0 0 1 1 *",
@@ -43,7 +43,6 @@ FIELDS = [
 _ENV_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$")
 _ITEM = re.compile(r"^(\*|\w+|\w+-\w+)(?:/(\d+))?$")
 _NUMBER = re.compile(r"^\d+$")
-_JOB_NAME = re.compile(r"^[a-z0-9_-]{1,100}$")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _MAILTO = re.compile(r"^[^\s,;'\"\\`$|&<>()%]+$")
 # What other crons accept and Debian's does not (or reads differently).
@@ -436,7 +435,7 @@ def _parse_job_line(line, raw, path, lineno, known, check_args) -> Job:
                 path, lineno, f"{options.command}'s arguments: {problem.strip()}", raw
             )
     name = options.job_name
-    if not _JOB_NAME.match(name):
+    if not JOB_NAME.match(name):
         raise CrontabError(
             path,
             lineno,

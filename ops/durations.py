@@ -21,3 +21,18 @@ def format_duration(seconds: float) -> str:
         if seconds >= UNITS[unit] and seconds % UNITS[unit] == 0:
             return f"{int(seconds // UNITS[unit])}{unit}"
     return f"{seconds:g}s"
+
+
+def human_duration(seconds: float | None) -> str:
+    """A measured duration for people: 850ms, 4.2s, 12m, 1.5h ("" for None)."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m".replace(".0m", "m")
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h".replace(".0h", "h")
+    return f"{seconds / 86400:.1f}d".replace(".0d", "d")

@@ -31,7 +31,7 @@ from django.conf import settings
 
 from . import claims
 from .crontabd import Job, Schedule
-from .durations import parse_duration
+from .durations import human_duration, parse_duration
 from .models import JobRun, Outcome, SlotClaim
 from .slots import current_slot, next_fire
 
@@ -279,25 +279,11 @@ def job_status(
         status.state = OVERDUE
         status.reason = (
             f"no success for the slot {status.due_slot} after its grace of "
-            f"{_human_seconds(status.grace)}"
+            f"{human_duration(status.grace)}"
         )
         return status
     status.state, status.reason = OK, ""
     return status
-
-
-def _human_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f}m".replace(".0m", "m")
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f}h".replace(".0h", "h")
-    return f"{seconds / 86400:.1f}d".replace(".0d", "d")
 
 
 class UnknownJob(LookupError):
@@ -419,7 +405,7 @@ def table_rows(report: Report) -> list[tuple[str, ...]]:
                 last += f" ({s.last_run.exit_code})"
         duration = "-"
         if s.last_duration is not None:
-            duration = f"{_human_seconds(s.last_duration)}/{_human_seconds(s.median_duration)}"
+            duration = f"{human_duration(s.last_duration)}/{human_duration(s.median_duration)}"
         rows.append(
             (
                 s.job,
@@ -429,7 +415,7 @@ def table_rows(report: Report) -> list[tuple[str, ...]]:
                 success,
                 last,
                 duration,
-                _human_seconds(s.last_lag) if s.last_lag is not None else "-",
+                human_duration(s.last_lag) if s.last_lag is not None else "-",
                 str(s.consecutive_failures),
             )
         )

@@ -120,7 +120,7 @@ def test_an_operator_logs_in_sees_the_failed_run_and_reads_its_output(
     newest = rows.nth(0).inner_text()
     assert "Failed" in newest
     assert "2026-11-29 03:00:03" in newest
-    assert "3.0 s" in newest  # start lag
+    assert "3.0s" in newest  # start lag
     assert "web1" in newest
 
     page.click("#changelist-filter >> text=Failed")
