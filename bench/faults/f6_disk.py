@@ -122,7 +122,8 @@ def main() -> int:
                     and row is not None
                     and row[1] == expect
                     and "output lost" in (row[2] or "")
-                    and first.startswith("cronops: output lost")
+                    and first.startswith("cronops: ")
+                    and "output lost" in first
                     and len(final) == 1
                     and final[0].split("?")[0].endswith("/fail"),
                 )
