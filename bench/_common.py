@@ -1,5 +1,6 @@
 """Shared bench helpers: a deployed copy of the project, a ping server, timed child processes."""
 
+import atexit
 import http.server
 import os
 import shutil
@@ -45,6 +46,8 @@ def deployed_copy(crontab: str = "", env_lines: str = "", commands: dict | None 
     commands (name -> source) to the copy only.
     """
     root = Path(tempfile.mkdtemp(prefix="cronops-bench-"))
+    if not os.environ.get("BENCH_KEEP"):  # BENCH_KEEP=1 keeps the copies to look into
+        atexit.register(shutil.rmtree, root, True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("config", "ops", "commands"):
         shutil.copytree(REPO / name, root / name, ignore=ignore)

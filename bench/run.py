@@ -160,6 +160,8 @@ def main() -> int:
         emit(f"{verdict:8} {ident} {text}")
     not_met = [s for s in summary if s[2] != "met"]
     emit(f"{len(summary) - len(not_met)} of {len(summary)} goals met")
+    if args.quick and args.suite == "bench":
+        emit("(--quick: too few rounds for the timing goals; bench/RESULTS.md has full runs)")
     log.close()
     if crashed or (args.suite == "faults" and not_met):
         return 1
