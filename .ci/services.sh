@@ -11,7 +11,8 @@ ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
 # headless browser for the admin test (driven by Playwright; never `playwright install`)
 command -v chromium >/dev/null || need+=(chromium)
 # the cron end-to-end test's Python for a throwaway user (see below)
-/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+# (Debian's python3 can import ensurepip without python3-venv, yet `-m venv` then fails.)
+dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
