@@ -103,7 +103,8 @@ class CapturedOutput:
                 self.tail.write(chunk)
                 if self._spool is not None:
                     with self._spool_lock:
-                        self._spool.write(chunk)
+                        if not self._spool.closed:  # a child outliving the job: drop it
+                            self._spool.write(chunk)
                 else:
                     self._count_loss(*_write_all(original, chunk))
         finally:
@@ -152,7 +153,8 @@ class CapturedOutput:
 
     def close(self) -> None:
         if self._spool is not None:
-            self._spool.close()
+            with self._spool_lock:
+                self._spool.close()
 
 
 def _flush() -> None:

@@ -212,12 +212,15 @@ class Guard:
 
     def __init__(self):
         self.pending: JobInterrupted | None = None
+        self.fired: JobInterrupted | None = None
         self._armed = False
         self._timeout: float | None = None
         self._previous = {}
 
     def _on_signal(self, signum, frame):
         if signum == signal.SIGALRM:
+            if not self._armed or not self._timeout:
+                return  # not our timer (an in-process caller's, or kill -ALRM): ignore it
             interrupted = JobInterrupted(
                 Outcome.TIMED_OUT, EXIT_TIMEOUT, f"timed out after {self._timeout:g}s"
             )
@@ -226,6 +229,7 @@ class Guard:
             interrupted = JobInterrupted(Outcome.TERMINATED, 128 + signum, f"terminated by {name}")
         if self._armed:
             self._armed = False
+            self.fired = interrupted  # remembered: a job that swallows it still ends this way
             raise interrupted
         if self.pending is None:
             self.pending = interrupted
@@ -233,6 +237,11 @@ class Guard:
     def install(self) -> None:
         for sig in self.SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _reinstall(self) -> None:
+        # A job may have put in handlers of its own; ours must guard the record that follows.
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._on_signal)
 
     def uninstall(self) -> None:
         try:
@@ -249,14 +258,18 @@ class Guard:
             pending, self.pending = self.pending, None
             raise pending
         self._timeout = timeout
-        self._armed = True
-        if timeout:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
+        self.fired = None
         try:
+            self._armed = True
+            if timeout:
+                signal.setitimer(signal.ITIMER_REAL, timeout)
             yield
         finally:
             self._armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
+            self._reinstall()
+        if self.fired is not None:  # the job caught our interruption and returned anyway
+            raise self.fired
 
 
 class Heartbeat:
@@ -337,13 +350,6 @@ class Runner:
         return exit_code
 
     def run(self) -> int:
-        self.guard.install()
-        try:
-            return self._run()
-        finally:
-            self.guard.uninstall()
-
-    def _run(self) -> int:
         now = timezone.now()
         lock = JobLock(
             settings.OPS_LOCK_DIR,
@@ -351,28 +357,35 @@ class Runner:
             host=self.host,
             since=timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S %Z"),
         )
+        # The lock comes before the guard: a SIGTERM during --wait ends the wait at once
+        # (nothing is claimed yet, there is nothing to record).
         if not lock.acquire(self.opts.wait):
             holder = lock.holder()
             return self.skip(None, f"skipped: {holder.describe()}", EXIT_SKIPPED)
+        self.guard.install()
         try:
-            tz = ZoneInfo(settings.TIME_ZONE)
-            slots = plan_slots(self.plan, now, tz)
-            exit_code = 0
-            for slot in slots:
-                if self.guard.pending is not None:  # a signal between two slots
-                    pending = self.guard.pending
-                    say(f"job {self.plan.name}: {pending.note}", self.stderr)
-                    return exit_code or pending.exit_code
-                code = self.run_slot(slot)
-                if code and not exit_code:
-                    exit_code = code  # the first failure's code, also when a later slot succeeds
-                if self.stop:
-                    break
-            if self.guard.pending is not None:  # arrived while recording or pinging
-                exit_code = exit_code or self.guard.pending.exit_code
-            return exit_code
+            return self._run(now)
         finally:
+            self.guard.uninstall()
             lock.release()
+
+    def _run(self, now: dt.datetime) -> int:
+        tz = ZoneInfo(settings.TIME_ZONE)
+        slots = plan_slots(self.plan, now, tz)
+        exit_code = 0
+        for slot in slots:
+            if self.guard.pending is not None:  # a signal between two slots
+                pending = self.guard.pending
+                say(f"job {self.plan.name}: {pending.note}", self.stderr)
+                return pending.exit_code
+            code = self.run_slot(slot)
+            if code and not exit_code:
+                exit_code = code  # the first failure's code, also when a later slot succeeds
+            if self.stop:
+                break
+        if self.guard.pending is not None:  # arrived while recording or pinging
+            exit_code = self.guard.pending.exit_code
+        return exit_code
 
     def run_slot(self, slot: Slot | None) -> int:
         name, now = self.plan.name, timezone.now()
@@ -413,7 +426,10 @@ class Runner:
     def execute_run(self, run: JobRun, slot: Slot | None) -> int:
         pinger = self.pinger()
         run.rid = pinger.rid
-        args = command_line(self.plan, slot)
+        try:
+            args = command_line(self.plan, slot)
+        except Exception:  # the command cannot even load: execute() meets it and records it
+            args = list(self.opts.args)
         run.command = " ".join([self.opts.command, *args])[:500]
         pinger.start()
         tail = Tail(TAIL_BYTES)

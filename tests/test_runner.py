@@ -652,3 +652,44 @@ def test_job_status_sees_that_a_killed_ad_hoc_run_is_dead(sqlite_project):
     dead = json.loads(project.manage("job_status", "--json", "--job", "t_sleep").stdout)
     assert running["jobs"][0]["state"] == "running"
     assert dead["jobs"][0]["state"] == "failing"
+
+
+def test_a_job_declared_again_on_a_broken_line_does_not_run_from_its_other_line(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_ok", "print('fine')")
+    project.write_cron("10-good.cron", "0 0 * * * t_ok\n")
+    project.write_cron("20-bad.cron", "0 4 * * * --timeout=zz t_ok\n")
+    result = project.run_job("t_ok")
+    assert result.returncode == 2
+    assert project.db.runs() == []
+
+
+def test_a_job_that_swallows_its_timeout_is_still_recorded_timed_out(sqlite_project):
+    sqlite_project.add_command(
+        "t_swallow",
+        """
+        try:
+            time.sleep(5)
+        except BaseException:
+            print("caught it")
+        """,
+    )
+    result = sqlite_project.run_job("--timeout=1s", "t_swallow")
+    assert result.returncode == 124
+    assert "caught it" in result.stdout
+    assert [r[3:5] for r in sqlite_project.db.runs()] == [("timed_out", 124)]
+
+
+def test_sigterm_ends_a_wait_for_the_lock_at_once(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_sleep", SLEEPER)
+    holder = project.popen("run_job", "t_sleep", env={"SLEEP": "20"})
+    wait_for_line(holder, "working")
+    waiter = project.popen("run_job", "--wait=60s", "t_sleep")
+    time.sleep(1.5)  # let it start waiting (a real process, not a clock to fake)
+    started = time.monotonic()
+    waiter.send_signal(signal.SIGTERM)
+    assert waiter.wait(10) == -signal.SIGTERM
+    assert time.monotonic() - started < 5
+    holder.send_signal(signal.SIGTERM)
+    assert holder.wait(15) == 143
