@@ -693,3 +693,16 @@ def test_sigterm_ends_a_wait_for_the_lock_at_once(sqlite_project):
     assert time.monotonic() - started < 5
     holder.send_signal(signal.SIGTERM)
     assert holder.wait(15) == 143
+
+
+def test_a_command_whose_module_cannot_import_is_recorded_failed(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_broken", "print('never')")
+    path = project.dir / "commands/management/commands/t_broken.py"
+    path.write_text("import no_such_package_here\n" + path.read_text())
+    project.write_cron("t.cron", "0 0 * * * t_broken\n")
+    result = project.run_job("t_broken")
+    assert result.returncode == 1
+    assert "ModuleNotFoundError" in result.stderr
+    assert [r[3:5] for r in project.db.runs()] == [("failed", 1)]
+    assert project.db.query("SELECT state FROM ops_slotclaim") == [("failed",)]
