@@ -82,9 +82,18 @@ class JobLock:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
 
-    def holder(self) -> Holder:
-        try:
-            data = json.loads(self.path.read_bytes() or b"{}")
-        except (OSError, ValueError):
+    def holder(self, patience: float = 0.5) -> Holder:
+        """Who holds the lock. A holder writes its note just after taking the lock, so an
+        empty file is read again for a moment before it counts as unknown."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                data = json.loads(self.path.read_bytes() or b"null")
+            except (OSError, ValueError):
+                data = None
+            if isinstance(data, dict) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        if not isinstance(data, dict):
             return Holder()
         return Holder(pid=data.get("pid"), host=data.get("host", ""), since=data.get("since", ""))
