@@ -47,6 +47,19 @@ def wait_for_line(proc, text: str, timeout: float = 30) -> str:
     raise AssertionError(f"never printed {text!r}; got {seen!r}")
 
 
+def kill_a_scheduled_run_mid_command(project):
+    """A daily job killed with SIGKILL while its command runs; returns the dead process."""
+    project.add_command("t_sleep", SLEEPER)
+    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
+    (project.dir / "hang").touch()
+    victim = project.popen("run_job", "t_sleep")
+    wait_for_line(victim, "working")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    (project.dir / "hang").unlink()
+    return victim
+
+
 def test_two_runners_started_together_run_the_command_once_and_the_other_exits_75(project):
     project.add_command("t_sleep", SLEEPER)
     project.write_cron("t.cron", "0 0 * * * t_sleep\n")
@@ -88,14 +101,7 @@ def test_the_same_slot_run_twice_charges_the_billing_once(project):
 def test_a_run_killed_with_sigkill_is_recorded_abandoned_and_the_next_run_completes_the_slot(
     project,
 ):
-    project.add_command("t_sleep", SLEEPER)
-    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
-    (project.dir / "hang").touch()
-    victim = project.popen("run_job", "t_sleep")
-    wait_for_line(victim, "working")
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(10)
-    (project.dir / "hang").unlink()
+    victim = kill_a_scheduled_run_mid_command(project)
 
     again = project.run_job("t_sleep")
     assert again.returncode == 0, again.stdout + again.stderr
@@ -128,14 +134,7 @@ def test_a_claim_left_by_a_killed_run_on_another_host_is_taken_over_once_its_hea
     pg_project, tmp_path
 ):
     project = pg_project
-    project.add_command("t_sleep", SLEEPER)
-    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
-    (project.dir / "hang").touch()
-    victim = project.popen("run_job", "t_sleep")
-    wait_for_line(victim, "working")
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(10)
-    (project.dir / "hang").unlink()
+    victim = kill_a_scheduled_run_mid_command(project)
     host_b = {"OPS_HOST": "host-b", "OPS_LOCK_DIR": tmp_path / "lock-b"}
 
     fresh = project.run_job("t_sleep", env=host_b)
