@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .options import JOB_NAME, OptionsError, RunOptions, parse_run_args
+from .options import JOB_NAME, SCHEDULE_OPTIONS, OptionsError, RunOptions, parse_run_args
 
 SPECIALS = {
     "@yearly": "0 0 1 1 *",
@@ -405,8 +405,7 @@ def _parse_job_line(line, raw, path, lineno, known, check_args) -> Job:
         raise CrontabError(
             path,
             lineno,
-            f"runner options: {exc} (valid: --name --timeout --catch-up --wait --ping "
-            "--no-ping --no-output-in-ping --quiet, before the command)",
+            f"runner options: {exc} (valid: {' '.join(SCHEDULE_OPTIONS)}, before the command)",
             raw,
         ) from None
     if options.logical_date is not None or options.force:

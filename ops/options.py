@@ -134,7 +134,13 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 _PARSER = _build_parser()
-_FIELDS = [
+# Runner options as written on a crontab.d line (--logical-date and --force are by hand only).
+SCHEDULE_OPTIONS = [
+    a.option_strings[0]
+    for a in _PARSER._actions
+    if a.option_strings and a.dest not in ("logical_date", "force")
+]
+RUNNER_FIELDS = _FIELDS = [
     "name",
     "timeout",
     "catch_up",

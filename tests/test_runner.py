@@ -25,6 +25,13 @@ print("done", flush=True)
 """
 
 
+def ping_to(project, server, **extra) -> None:
+    """Point the project's pings at `server` (pytest-httpserver) with the test ping key."""
+    project.write_env(
+        HEALTHCHECKS_PING_URL=server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY, **extra
+    )
+
+
 def ran_count(project) -> int:
     path = project.dir / "ran.txt"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -156,9 +163,7 @@ def test_a_timeout_ends_the_job_with_124_and_records_and_pings_a_failure(
     sqlite_project, ping_server
 ):
     project = sqlite_project
-    project.write_env(
-        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
-    )
+    ping_to(project, ping_server)
     project.add_command("t_sleep", SLEEPER)
     started = time.monotonic()
     result = project.run_job("--timeout=1s", "t_sleep", env={"SLEEP": "30"})
@@ -172,9 +177,7 @@ def test_a_timeout_ends_the_job_with_124_and_records_and_pings_a_failure(
 
 def test_sigterm_ends_the_job_with_143_and_records_it_terminated(sqlite_project, ping_server):
     project = sqlite_project
-    project.write_env(
-        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
-    )
+    ping_to(project, ping_server)
     project.add_command("t_sleep", SLEEPER)
     proc = project.popen("run_job", "t_sleep", env={"SLEEP": "30"})
     wait_for_line(proc, "working")
@@ -187,9 +190,7 @@ def test_sigterm_ends_the_job_with_143_and_records_it_terminated(sqlite_project,
 def test_a_command_error_with_returncode_3_exits_3_and_pings_3_with_the_output_tail(
     project, ping_server
 ):
-    project.write_env(
-        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
-    )
+    ping_to(project, ping_server)
     project.add_command(
         "t_fail",
         """
@@ -294,11 +295,7 @@ def test_pings_carry_one_fresh_rid_per_run_and_201_created_counts_as_success(
 ):
     project = sqlite_project
     httpserver.expect_request("").respond_with_data("Created", status=201)
-    project.write_env(
-        HEALTHCHECKS_PING_URL=httpserver.url_for("/"),
-        HEALTHCHECKS_PING_KEY=PING_KEY,
-        HEALTHCHECKS_AUTO_CREATE=1,
-    )
+    ping_to(project, httpserver, HEALTHCHECKS_AUTO_CREATE=1)
     project.add_command("t_ok", "print('fine')")
     first, second = project.run_job("t_ok"), project.run_job("t_ok")
     assert first.returncode == second.returncode == 0
@@ -317,7 +314,7 @@ def test_pings_carry_one_fresh_rid_per_run_and_201_created_counts_as_success(
 def test_the_ping_body_is_the_output_tail_cut_to_the_servers_body_limit(sqlite_project, httpserver):
     project = sqlite_project
     httpserver.expect_request("").respond_with_data("OK", headers={"Ping-Body-Limit": "1000"})
-    project.write_env(HEALTHCHECKS_PING_URL=httpserver.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY)
+    ping_to(project, httpserver)
     # The start ping must have answered (it carries the limit) before the job ends.
     project.add_command(
         "t_loud_slow",
@@ -350,9 +347,7 @@ def test_no_output_in_ping_and_a_ping_override_by_uuid(sqlite_project, ping_serv
 
 def test_a_skipped_slot_sends_a_log_ping(sqlite_project, ping_server):
     project = sqlite_project
-    project.write_env(
-        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
-    )
+    ping_to(project, ping_server)
     project.add_command("t_ok", "print('fine')")
     project.write_cron("t.cron", "0 0 * * * t_ok\n")
     assert project.run_job("t_ok").returncode == 0
@@ -492,9 +487,7 @@ def test_memory_stays_flat_when_the_job_prints_hundreds_of_megabytes(sqlite_proj
 
 def test_usage_errors_exit_2_with_one_line_and_record_nothing(sqlite_project, ping_server):
     project = sqlite_project
-    project.write_env(
-        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
-    )
+    ping_to(project, ping_server)
     for args, message in [
         (["no_such_command"], "unknown command 'no_such_command'"),
         (["--timeout=soon", "check"], "bad duration 'soon'"),
@@ -513,9 +506,7 @@ def test_an_unreachable_database_gives_one_line_a_failure_ping_and_exit_1(
     sqlite_project, ping_server
 ):
     project = sqlite_project
-    project.write_env(
-        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
-    )
+    ping_to(project, ping_server)
     _, url = _refusing()
     dead = url.replace("http://", "postgres://nobody:pw@").rstrip("/") + "/db"
     project.add_command("t_ok", "print('fine')")
@@ -533,11 +524,7 @@ def test_no_secret_from_the_env_file_appears_in_output_history_or_ping_bodies(
     project = sqlite_project
     secret_key = project.settings["SECRET_KEY"]
     httpserver.expect_request("").respond_with_data("boom", status=500)
-    project.write_env(
-        HEALTHCHECKS_PING_URL=httpserver.url_for("/"),
-        HEALTHCHECKS_PING_KEY=PING_KEY,
-        OPS_PING_BUDGET_SECONDS=2,
-    )
+    ping_to(project, httpserver, OPS_PING_BUDGET_SECONDS=2)
     project.add_command("t_boom", "print('working'); raise RuntimeError('kaput')")
     project.write_cron("t.cron", "0 0 * * * t_boom\n@daily --name=ok-job sleep_demo --seconds=0\n")
     outputs = [project.run_job("t_boom"), project.run_job("ok-job"), project.run_job("ok-job")]
@@ -563,9 +550,7 @@ def test_a_signal_during_the_claim_records_the_run_terminated_and_never_starts_t
     sqlite_project, ping_server
 ):
     project = sqlite_project
-    project.write_env(
-        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
-    )
+    ping_to(project, ping_server)
     # The command's module takes 3 s to import, which happens after the claim is taken.
     project.add_command("t_slow_import", "print('the command ran')")
     path = project.dir / "commands/management/commands/t_slow_import.py"
@@ -610,9 +595,7 @@ def test_a_failed_run_keeps_its_error_line_in_the_history(sqlite_project):
 
 def test_a_run_that_cannot_start_pings_the_check_declared_in_crontab_d(sqlite_project, ping_server):
     project = sqlite_project
-    project.write_env(
-        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
-    )
+    ping_to(project, ping_server)
     uuid = "0e8c9c4a-8c7b-4f57-9d2a-2f2b1f0a6a11"
     project.add_command("t_ok", "print('fine')")
     project.write_cron(
