@@ -67,3 +67,11 @@ def test_catch_up_after_three_missed_days_with_a_fake_clock(db, settings, tmp_pa
     dates = [str(d) for d in JobRun.objects.order_by("id").values_list("logical_date", flat=True)]
     assert dates == ["2026-11-25", "2026-11-26", "2026-11-27", "2026-11-28", "2026-11-29"]
     assert DailyCharge.objects.count() == 15
+
+
+def test_run_job_works_through_call_command_too(db, settings, tmp_path):
+    settings.OPS_LOCK_DIR = tmp_path / "lock"
+    settings.OPS_CRONTAB_DIR = tmp_path
+    call_command("run_job", "--timeout=90s", "sleep_demo")
+    run = JobRun.objects.get()
+    assert (run.job, run.outcome, run.command) == ("sleep_demo", "succeeded", "sleep_demo")

@@ -3,7 +3,7 @@ import argparse
 from django.core.management.base import BaseCommand, CommandError
 
 from ops import runner
-from ops.options import add_runner_options
+from ops.options import RUNNER_FIELDS, add_runner_options
 
 
 class Command(BaseCommand):
@@ -27,16 +27,17 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         # Reached through call_command() only; the shell goes through run_from_argv above.
-        argv = [f"--{name.replace('_', '-')}={options[name]}" for name in VALUED if options[name]]
-        argv += [f"--{name.replace('_', '-')}" for name in FLAGS if options[name]]
+        argv = []
+        for name in RUNNER_FIELDS:
+            value, flag = options[name], f"--{name.replace('_', '-')}"
+            if value is True:
+                argv.append(flag)
+            elif value not in (None, False, 0):
+                argv.append(f"{flag}={value}")
         code = runner.run(
-            [*argv, options["command"], *options["args"]],
+            [*argv, options["command"], *(options.get("args") or [])],
             stdout=self.stdout._out,
             stderr=self.stderr._out,
         )
         if code:
             raise CommandError(f"run_job exited {code}", returncode=code)
-
-
-VALUED = ["name", "timeout", "catch_up", "wait", "logical_date", "ping"]
-FLAGS = ["force", "no_ping", "no_output_in_ping", "quiet"]
