@@ -21,7 +21,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import conf
 from .crontabd import CrontabError, Job, Schedule, load_schedule
+from .redact import Redactor, known_secrets
 
 # install_crontab's exit codes (README, "install_crontab").
 EXIT_OK = 0
@@ -100,11 +102,13 @@ class Paths:
 
 
 def render_line(job: Job, paths: Paths) -> str:
-    words = [paths.python, str(paths.manage_py), "run_job", *rendered_argv(job)]
-    command = (
-        f"cd {cron_quote(str(paths.project_dir))} && "
-        + " ".join(cron_quote(w) for w in words)
-        + f" >> {cron_quote(str(paths.log_dir / (job.name + '.log')))} 2>&1"
+    # run_job opens its log itself (--log, first so that even a usage error lands there): a
+    # shell `>> log` fails before run_job starts when OPS_LOG_DIR is gone, and then nothing
+    # is recorded, pinged or written anywhere.
+    log = f"--log={paths.log_dir / (job.name + '.log')}"
+    words = [paths.python, str(paths.manage_py), "run_job", log, *rendered_argv(job)]
+    command = f"cd {cron_quote(str(paths.project_dir))} && " + " ".join(
+        cron_quote(w) for w in words
     )
     if len(command.encode()) > MAX_COMMAND:
         raise InstallError(
@@ -116,30 +120,36 @@ def render_line(job: Job, paths: Paths) -> str:
     return f"{job.schedule} {command}"
 
 
+def block_lines(schedule: Schedule, crontab_id: str, paths: Paths) -> list[tuple[str, str]]:
+    """The managed block's lines (without their newline), each with the crontab.d `file:line`
+    it comes from ("" for the markers): a line `crontab -n` refuses is reported there."""
+    lines = [(BEGIN + crontab_id + BANNER, "")]
+    if schedule.mailto is not None:
+        # Debian's cron reads a bare `MAILTO=` as a job line ("bad minute"); `MAILTO=""` is
+        # its documented "no mail".
+        lines.append(("MAILTO=" + (schedule.mailto or '""'), schedule.mailto_at))
+    for job in schedule.jobs:
+        where = f"{job.path}:{job.lineno}"
+        description = " ".join(job.description.split())
+        lines.append((f"# job {job.name}" + (f": {description}" if description else ""), where))
+        lines.append((render_line(job, paths), where))
+    lines.append((END + crontab_id, ""))
+    return lines
+
+
 def render_block(schedule: Schedule, crontab_id: str, paths: Paths) -> str:
     """The managed block, markers included, every line ending in a newline."""
-    lines = [BEGIN + crontab_id + BANNER]
-    if schedule.mailto is not None:
-        lines.append(f"MAILTO={schedule.mailto}")
-    for job in schedule.jobs:
-        description = " ".join(job.description.split())
-        lines.append(f"# job {job.name}" + (f": {description}" if description else ""))
-        lines.append(render_line(job, paths))
-    lines.append(END + crontab_id)
-    return "".join(line + "\n" for line in lines)
+    return "".join(line + "\n" for line, _ in block_lines(schedule, crontab_id, paths))
 
 
 def redact(text: str, secrets: dict[str, str]) -> str:
-    """`text` with every secret's value replaced by its name (for messages)."""
-    for name, value in secrets.items():
-        if value and len(value) >= 8:
-            text = text.replace(value, f"<{name}>")
-    return text
+    """`text` with every secret's value (in any form a program prints it) replaced by its name."""
+    return Redactor(secrets).text(text)
 
 
 def check_no_secrets(block: str, secrets: dict[str, str]) -> None:
     for name, value in secrets.items():
-        if value and len(value) >= 8 and value in block:
+        if Redactor({name: value}).text(block) != block:  # URL-quoted and escaped forms too
             raise InstallError(
                 f"refusing to install: a crontab.d line contains the value of {name} "
                 "(secrets belong in .env, which run_job reads)",
@@ -168,9 +178,17 @@ def _marker_id(line: str, prefix: str) -> str | None:
     return rest.split(" ", 1)[0] if rest else None
 
 
+def cron_lines(text: str) -> list[str]:
+    """`text` cut after each newline, as cron reads it. Never `str.splitlines()`: it also cuts
+    at U+2028, U+2029, U+0085, \\v, \\f and \\x1c-\\x1e, which cron keeps inside a line."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    return [*lines, parts[-1]] if parts[-1] else lines
+
+
 def split_block(text: str, crontab_id: str) -> Split:
     """Cut `text` around this project's block; InstallError if its markers are damaged."""
-    lines = text.splitlines(keepends=True)
+    lines = cron_lines(text)
     begins = [i for i, line in enumerate(lines) if _marker_id(line, BEGIN) == crontab_id]
     ends = [i for i, line in enumerate(lines) if _marker_id(line, END) == crontab_id]
     if not begins and not ends:
@@ -216,13 +234,13 @@ def splice(text: str, block: str, crontab_id: str) -> str:
 
 
 def _sets_mailto(block: str) -> bool:
-    return any(_ENV.match(line) for line in block.splitlines())
+    return any(_ENV.match(line) for line in cron_lines(block))
 
 
 def _only_blocks(text: str) -> bool:
     """True if `text` is nothing but complete cronops blocks (any ids)."""
     inside = None
-    for line in text.splitlines(keepends=True):
+    for line in cron_lines(text):
         if inside is None:
             inside = _marker_id(line, BEGIN)
             if inside is None or not line.endswith("\n"):
@@ -237,7 +255,8 @@ def _only_blocks(text: str) -> bool:
 def block_jobs(block: str) -> dict[str, str]:
     """{job name: its cron line} in a rendered block."""
     jobs, name = {}, None
-    for line in block.splitlines():
+    for line in cron_lines(block):
+        line = line.rstrip("\n")
         match = _JOB_COMMENT.match(line)
         if match:
             name = match.group(1)
@@ -280,8 +299,19 @@ def _encode(text: str) -> bytes:
 
 def _first_line(data: bytes | str) -> str:
     text = data if isinstance(data, str) else data.decode("utf-8", "replace")
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    lines = [line.strip() for line in text.strip().split("\n") if line.strip()]
     return lines[0] if lines else "no message"
+
+
+_COMPLAINT = re.compile(r'^"[^"]*":(-?\d+): (.*)$')
+
+
+@dataclass
+class Complaint:
+    """`crontab -n` refuses line `lineno` (from 1) of the text it checked, for `message`."""
+
+    lineno: int
+    message: str
 
 
 @dataclass
@@ -350,7 +380,7 @@ class UserCrontab:
                 "file) or remove it with `crontab -e`"
             ) from None
         if data.startswith(DEBIAN_HEADER):
-            data = b"".join(data.splitlines(keepends=True)[3:])
+            data = data.split(b"\n", 3)[3] if data.count(b"\n") >= 3 else b""
         if data.replace(b"\r", b"\\r") != listed:
             raise InstallError(
                 f"cannot read {self.describe()} byte for byte ({path} and `crontab -l` "
@@ -358,8 +388,32 @@ class UserCrontab:
             )
         return _decode(data)
 
-    def check(self, text: str, old: str = "", block: str = "") -> None:
-        self._with_file(text, "-n", "crontab refused the new text")
+    def check(self, text: str, old: str = "", block: str = "") -> Complaint | None:
+        return self.complaint(text)
+
+    def complaint(self, text: str) -> Complaint | None:
+        """None when `crontab -n` accepts `text`, else the line it refuses and why."""
+        result = self._with_file(text, "-n")
+        if result.returncode == 0:
+            return None
+        first = _first_line(result.stderr)
+        match = _COMPLAINT.match(first)
+        if not match:
+            raise InstallError(f"crontab refused the new text: {first}; nothing changed")
+        reported, message = int(match.group(1)), match.group(2)
+        # Debian's crontab names line N or N-1, depending on where its parser stopped (a
+        # `bad minute` on line 3 is reported as line 2, a bare `MAILTO=` on line 1 as line
+        # 0): the first N lines alone tell which.
+        lines = cron_lines(text)
+        if reported <= 0:
+            lineno = 1
+        elif reported >= len(lines):
+            lineno = len(lines)
+        elif self._with_file("".join(lines[:reported]), "-n").returncode != 0:
+            lineno = reported
+        else:
+            lineno = reported + 1
+        return Complaint(lineno, message)
 
     def write(self, text: str) -> None:
         if text == "":
@@ -367,24 +421,27 @@ class UserCrontab:
             if result.returncode != 0 and b"no crontab for" not in result.stderr:
                 raise InstallError(f"`crontab -r` failed: {_first_line(result.stderr)}")
             return
-        self._with_file(text, None, "`crontab` failed to install the new text")
+        result = self._with_file(text, None)
+        if result.returncode != 0:
+            raise InstallError(
+                "`crontab` failed to install the new text: "
+                f"{_crontab_message(result.stderr)}; nothing changed"
+            )
 
-    def _with_file(self, text: str, flag: str | None, what: str) -> None:
+    def _with_file(self, text: str, flag: str | None) -> subprocess.CompletedProcess:
         fd, name = tempfile.mkstemp(prefix="cronops-", suffix=".cron")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(_encode(text))
-            result = self._run(*([flag] if flag else []), name)
+            return self._run(*([flag] if flag else []), name)
         finally:
             os.unlink(name)
-        if result.returncode != 0:
-            raise InstallError(f"{what}: {_crontab_message(result.stderr, text)}; nothing changed")
 
 
-def _crontab_message(stderr: bytes, text: str) -> str:
+def _crontab_message(stderr: bytes) -> str:
     """`"/tmp/x":5: bad minute` → `line 5: bad minute` (the line of the text we gave it)."""
     first = _first_line(stderr)
-    match = re.match(r'^"[^"]*":(\d+): (.*)$', first)
+    match = _COMPLAINT.match(first)
     return f"line {match.group(1)}: {match.group(2)}" if match else first
 
 
@@ -405,7 +462,7 @@ class TabFile:
         except OSError as exc:
             raise InstallError(f"cannot read {self.path}: {exc.strerror}") from None
 
-    def check(self, text: str, old: str = "", block: str = "") -> None:
+    def check(self, text: str, old: str = "", block: str = "") -> Complaint | None:
         """`crontab -n` on the new text when the system has Debian's crontab.
 
         A file is not a live crontab: when its old text already fails the check (lines this
@@ -413,16 +470,26 @@ class TabFile:
         """
         checker = UserCrontab()
         try:
-            checker.check(text)
+            complaint, error = checker.complaint(text), None
         except InstallError as exc:
             if "cannot run `crontab`" in str(exc):
-                return
-            try:
-                checker.check(old)
-            except InstallError:
-                checker.check(block)
-                return
-            raise
+                return None
+            complaint, error = None, exc
+        if complaint is None and error is None:
+            return None
+        try:
+            old_fails = checker.complaint(old) is not None
+        except InstallError:
+            old_fails = True
+        if not old_fails:
+            if error is not None:
+                raise error
+            return complaint
+        inner = checker.complaint(block)
+        if inner is None:
+            return None
+        offset = text[: text.index(block)].count("\n")  # the block's place in `text`
+        return Complaint(inner.lineno + offset, inner.message)
 
     def write(self, text: str) -> None:
         directory = self.path.parent
@@ -444,6 +511,36 @@ class TabFile:
         except OSError as exc:
             Path(name).unlink(missing_ok=True)
             raise InstallError(f"cannot write {self.path}: {exc.strerror}") from None
+
+
+def refusal(
+    complaint: Complaint, new: str, block: str, origins: list[str], old: Split
+) -> InstallError:
+    """The error for a line of `new` that `crontab -n` refuses, located where it comes from:
+    the crontab.d `file:line` that made a block line (exit 2), else the existing crontab's
+    line (exit 4)."""
+    n, why = complaint.lineno, complaint.message
+    start = new[: new.index(block)].count("\n") if block else len(cron_lines(new))
+    if start < n <= start + len(origins):
+        where = origins[n - start - 1]
+        line = cron_lines(new)[n - 1].rstrip("\n")
+        if where:
+            return InstallError(
+                f"{where}: Debian's crontab refuses the line installed from it ({why}): "
+                f"{line}; nothing changed",
+                EXIT_CRONTABD,
+            )
+        return InstallError(
+            f"Debian's crontab refuses line {n} of the new crontab, a marker of this block "
+            f"({why}); nothing changed"
+        )
+    k = n - len(origins) if n > start else n  # its place among the lines kept as they were
+    before = len(cron_lines(old.before))
+    existing = k if k <= before else k + len(cron_lines(old.block))
+    return InstallError(
+        f"Debian's crontab refuses the existing crontab's line {existing} ({why}), a line "
+        "install_crontab does not own: fix it with `crontab -e`; nothing changed"
+    )
 
 
 # --- time zone --------------------------------------------------------------------------------
@@ -515,22 +612,13 @@ class Result:
 
 
 def project_paths(settings) -> Paths:
-    base = Path(settings.BASE_DIR)
+    base = conf.base_dir(settings)
     return Paths(
         project_dir=base,
         python=sys.executable,
         manage_py=base / "manage.py",
-        log_dir=Path(settings.OPS_LOG_DIR),
+        log_dir=conf.log_dir(settings),
     )
-
-
-def secrets_of(settings) -> dict[str, str]:
-    return {
-        "SECRET_KEY": settings.SECRET_KEY,
-        "HEALTHCHECKS_PING_KEY": settings.HEALTHCHECKS_PING_KEY,
-        "HEALTHCHECKS_API_KEY": settings.HEALTHCHECKS_API_KEY,
-        "the database password": settings.DATABASES["default"].get("PASSWORD") or "",
-    }
 
 
 def _ensure_log_dir(log_dir: Path, user: str | None) -> None:
@@ -573,20 +661,20 @@ def install_crontab(
         from django.conf import settings
     if user is not None and tabfile is not None:
         raise InstallError("--user and --tabfile exclude each other", EXIT_CRONTABD)
-    crontab_id = settings.OPS_CRONTAB_ID or default_crontab_id(Path(settings.BASE_DIR))
+    crontab_id = conf.crontab_id(settings) or default_crontab_id(conf.base_dir(settings))
     if not _ID.match(crontab_id):
         raise InstallError(
             f"bad OPS_CRONTAB_ID {crontab_id!r}: use 1-200 of letters, digits and ._/:@+-",
             EXIT_CRONTABD,
         )
     paths = project_paths(settings)
-    block = ""
+    block, origins = "", []
     if not remove:
         if schedule is None:
             try:
                 schedule = load_schedule(check_args=True)
             except CrontabError as exc:
-                message = redact(f"crontab.d: {exc}", secrets_of(settings))
+                message = redact(f"crontab.d: {exc}", known_secrets(settings))
                 raise InstallError(message, EXIT_CRONTABD) from None
         if not allow_tz_mismatch:
             problem = tz_mismatch(settings.TIME_ZONE)
@@ -595,12 +683,15 @@ def install_crontab(
                     f"{problem}: {tz_hint(settings.TIME_ZONE)}; or pass --allow-tz-mismatch",
                     EXIT_TZ,
                 )
-        block = render_block(schedule, crontab_id, paths)
-        check_no_secrets(block, secrets_of(settings))
+        lines = block_lines(schedule, crontab_id, paths)
+        block = "".join(line + "\n" for line, _ in lines)
+        origins = [where for _, where in lines]
+        check_no_secrets(block, known_secrets(settings))
     target = TabFile(Path(tabfile)) if tabfile is not None else UserCrontab(user)
     old = target.read()
     new = splice(old, block, crontab_id)
-    old_block = split_block(old, crontab_id).block
+    old_part = split_block(old, crontab_id)
+    old_block = old_part.block
     summary = summarize(old_block, block)
     if new == old:
         return Result(False, summary, ["crontab up to date"])
@@ -610,18 +701,20 @@ def install_crontab(
         message = f"installed {summary.total} jobs: {summary}"
     if dry_run or check:
         diff = difflib.unified_diff(
-            old.splitlines(keepends=True),
-            new.splitlines(keepends=True),
+            cron_lines(old),
+            cron_lines(new),
             f"{target.describe()} (installed)",
             f"{target.describe()} (after install_crontab)",
         )
         # Foreign lines are shown too, and Ansible prints this: never a known secret.
-        secrets = secrets_of(settings)
-        lines = [redact(line.rstrip("\n"), secrets) for line in diff] if dry_run else []
+        secrets = known_secrets(settings)
+        shown = [redact(line.rstrip("\n"), secrets) for line in diff] if dry_run else []
         return Result(
-            True, summary, [*lines, f"would have {message} (dry run, nothing changed)"], message
+            True, summary, [*shown, f"would have {message} (dry run, nothing changed)"], message
         )
-    target.check(new, old, block)
+    complaint = target.check(new, old, block)
+    if complaint is not None:
+        raise refusal(complaint, new, block, origins, old_part)
     if not remove:
         _ensure_log_dir(paths.log_dir, user)
     if target.read() != old:

@@ -15,7 +15,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .options import JOB_NAME, SCHEDULE_OPTIONS, OptionsError, RunOptions, parse_run_args
+from .options import (
+    JOB_NAME,
+    JOB_NAME_RULE,
+    SCHEDULE_OPTIONS,
+    OptionsError,
+    RunOptions,
+    parse_run_args,
+    shown,
+)
 
 SPECIALS = {
     "@yearly": "0 0 1 1 *",
@@ -142,6 +150,8 @@ def validate_field(text: str, index: int) -> str | None:
     why = _foreign_syntax(text, names)
     if why:
         return f"bad {name} {text!r}: {why}; {valid}"
+    lo: int | None
+    hi: int | None
     for item in text.split(","):
         match = _ITEM.match(item)
         if not match:
@@ -160,9 +170,10 @@ def validate_field(text: str, index: int) -> str | None:
                     f"would not wrap around); write it as a list, e.g. {lo}-{high},{low}-{hi}"
                 )
         else:
-            lo = hi = _value(base, index)
+            lo = _value(base, index)
             if lo is None:
                 return f"bad {name} {item!r}: {valid}"
+            hi = lo
             if step is not None:
                 return f"bad {name} {item!r}: a step needs * or a range (*/S, N-M/S)"
         if not (low <= lo <= high and low <= hi <= high):
@@ -174,15 +185,18 @@ def validate_field(text: str, index: int) -> str | None:
 
 def _field_values(text: str, index: int) -> set[int]:
     _, low, high, _ = FIELDS[index]
-    values = set()
+    values: set[int] = set()
     for item in text.split(","):
-        base, step = _ITEM.match(item).groups()
+        match = _ITEM.match(item)
+        assert match is not None, "a field validate_field accepted"
+        base, step = match.groups()
         if base == "*":
             lo, hi = low, high
-        elif "-" in base:
-            lo, hi = (_value(x, index) for x in base.split("-"))
         else:
-            lo = hi = _value(base, index)
+            first, _, last = base.partition("-")
+            start, end = _value(first, index), _value(last or first, index)
+            assert start is not None and end is not None, "a field validate_field accepted"
+            lo, hi = start, end
         values.update(range(lo, hi + 1, int(step or 1)))
     return values
 
@@ -213,7 +227,11 @@ def validate_schedule(schedule: str) -> str | None:
             )
     from crontab import CronSlices  # python-crontab: a second opinion on the syntax
 
-    if not CronSlices.is_valid(schedule):
+    try:
+        second_opinion = CronSlices.is_valid(schedule)
+    except Exception:  # python-crontab 3.4 raises on a name-number range (`sat-7`)
+        second_opinion = True  # its bug, not the schedule's: our rules and cronsim still judge
+    if not second_opinion:
         return f"bad schedule {schedule!r}: python-crontab cannot read it"
     try:
         from cronsim import CronSim
@@ -228,29 +246,38 @@ def _looks_like_a_field(word: str) -> bool:
     return bool(re.match(r"^[\d*?][\d*/,\-?LW#~]*$", word))
 
 
+_BLANKS = re.compile(r"[ \t]+")
+
+
+def _words(text: str, maxsplit: int = 0) -> list[str]:
+    """`text` split at spaces and tabs, as cron and /bin/sh split it; never `str.split()`,
+    which also splits at U+2028, U+0085 and other characters a shell keeps inside a word."""
+    return [w for w in _BLANKS.split(text.strip(" \t"), maxsplit) if w]
+
+
 def split_job_line(line: str) -> tuple[str, list[str]]:
     """(schedule, argv) of a job line; ValueError on unbalanced quotes or a missing command."""
     if line.startswith("@"):
-        schedule = line.split(None, 1)[0]
+        schedule = _words(line, 1)[0]
         rest = line[len(schedule) :]
     else:
-        parts = line.split(None, 5)
+        parts = _words(line, 5)
         if len(parts) < 6:
             raise ValueError(
                 "a job line is five schedule fields (or an @word) followed by "
                 "[runner options] <management command> [its args]"
             )
         schedule, rest = " ".join(parts[:5]), parts[5]
-        first = rest.split(None, 1)[0]
+        first = _words(rest, 1)[0]
         if _looks_like_a_field(first):
-            following = rest.split()
+            following = _words(rest)
             count = 5 + sum(1 for _ in itertools.takewhile(_looks_like_a_field, following))
             raise ValueError(
                 f"{count} schedule fields: Debian's cron has five (minute hour day month "
                 "weekday), no seconds or year field"
             )
     if not any(c in rest for c in "'\"\\#"):
-        argv = rest.split()  # what shlex would give, without its cost (1,000-job files)
+        argv = _words(rest)  # what shlex would give, without its cost (1,000-job files)
         if not argv:
             _no_command()
         return schedule, argv
@@ -296,10 +323,11 @@ def _check_env_line(name: str, value: str, path: str, lineno: int, raw: str) -> 
 
 
 class ArgsChecker:
-    """Checks a job's command arguments with the command's own parser (cached per command)."""
+    """Checks a job's command arguments with the command's own parser (built once per command,
+    shared with the runner): what the parser refuses, and a --logical-date or --help among them
+    (the runner owns the logical date; see ops/commandargs.py)."""
 
     def __init__(self):
-        self._parsers = {}
         self._seen: dict[tuple, str | None] = {}
 
     def __call__(self, command: str, args: list[str]) -> str | None:
@@ -309,19 +337,20 @@ class ArgsChecker:
         return self._seen[key]
 
     def _check(self, command: str, args: list[str]) -> str | None:
-        from django.core.management import get_commands, load_command_class
-        from django.core.management.base import CommandError
+        from .commandargs import ArgsRefused, LogicalDateGiven, ParserRefused, check_args
 
-        if command not in self._parsers:
-            app = get_commands()[command]
-            cmd = app if not isinstance(app, str) else load_command_class(app, command)
-            self._parsers[command] = cmd.create_parser("manage.py", command)
         try:
-            self._parsers[command].parse_args(args)
-        except CommandError as exc:
+            check_args(command, args)
+        except LogicalDateGiven as exc:
+            return (
+                f"--logical-date {exc.value} among them: {exc.WHY}; remove it from the line, "
+                "each run gets its slot's date (a past day, by hand: run_job "
+                f"--logical-date={exc.value or 'YYYY-MM-DD'} {command})"
+            )
+        except ParserRefused as exc:
+            return exc.why
+        except ArgsRefused as exc:
             return str(exc)
-        except SystemExit:
-            return "the command's parser rejected the arguments"
         return None
 
 
@@ -345,6 +374,13 @@ def parse_text(
         if not line:
             comment = []
             continue
+        if line.startswith("\ufeff"):  # invisible when the line is echoed
+            raise CrontabError(
+                path,
+                lineno,
+                "starts with a byte-order mark (U+FEFF): save the file as UTF-8 without BOM",
+                raw.replace("\ufeff", ""),
+            )
         if _CONTROL.search(line):
             raise CrontabError(
                 path, lineno, "control characters (a carriage return?) are not allowed", raw
@@ -415,6 +451,14 @@ def _parse_job_line(line, raw, path, lineno, known, check_args) -> Job:
             "--logical-date and --force are for runs by hand, not for a schedule",
             raw,
         )
+    if options.log is not None:
+        raise CrontabError(
+            path,
+            lineno,
+            "--log is not for crontab.d: install_crontab gives every line "
+            "--log=OPS_LOG_DIR/<job name>.log",
+            raw,
+        )
     if options.command == "run_job":
         raise CrontabError(
             path, lineno, "write the command itself: every line already runs run_job", raw
@@ -427,18 +471,26 @@ def _parse_job_line(line, raw, path, lineno, known, check_args) -> Job:
             "the commands this project has)",
             raw,
         )
+    name = options.job_name
+    if known is not None and name != options.command and name in known:
+        raise CrontabError(
+            path,
+            lineno,
+            f"job name {name!r} is the name of another management command: `run_job {name}` "
+            "must not mean a different command; choose another --name",
+            raw,
+        )
     if check_args is not None:
         problem = check_args(options.command, options.args)
         if problem:
             raise CrontabError(
                 path, lineno, f"{options.command}'s arguments: {problem.strip()}", raw
             )
-    name = options.job_name
     if not JOB_NAME.match(name):
         raise CrontabError(
             path,
             lineno,
-            f"job name {name!r} must be 1-100 of a-z, 0-9, '_' and '-': add --name=",
+            f"job name {shown(name)} must be {JOB_NAME_RULE}: add --name=",
             raw,
         )
     return Job(
@@ -460,9 +512,9 @@ def load_schedule(
     installer and `manage.py check` do; a run does not pay for it).
     """
     if directory is None:
-        from django.conf import settings
+        from . import conf
 
-        directory = settings.OPS_CRONTAB_DIR
+        directory = conf.crontab_dir()
     if known_commands is None:
         from django.core.management import get_commands
 
@@ -513,9 +565,9 @@ def load_jobs_leniently(directory: Path | str | None = None, known_commands=None
     declared twice is left out: which of the two is meant cannot be known.
     """
     if directory is None:
-        from django.conf import settings
+        from . import conf
 
-        directory = settings.OPS_CRONTAB_DIR
+        directory = conf.crontab_dir()
     if known_commands is None:
         from django.core.management import get_commands
 

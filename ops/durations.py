@@ -1,19 +1,26 @@
 """Durations as operators write them: 90s, 30m, 2h, 7d (a bare number is seconds)."""
 
+import math
 import re
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+# ASCII digits only: `\d` would take full-width and other Unicode digits, which an operator
+# cannot tell apart from their ASCII look-alikes in a crontab or a log.
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in `text`; ValueError naming the accepted forms otherwise."""
-    match = _DURATION.match(text.strip())
-    if not match or float(match.group(1)) <= 0:
+def parse_duration(text: str, maximum: float | None = None) -> float:
+    """Seconds in `text`, at most `maximum`; ValueError naming the accepted forms otherwise."""
+    match = _DURATION.fullmatch(text.strip(" \t"))
+    seconds = float(match.group(1)) * UNITS[match.group(2) or "s"] if match else 0.0
+    shown = repr(text) if len(text) <= 40 else repr(text[:30]) + "…"
+    if not (0 < seconds < math.inf):
         raise ValueError(
-            f"bad duration {text!r}: use a positive number with s, m, h or d (90s, 30m, 2h)"
+            f"bad duration {shown}: use a positive number with s, m, h or d (90s, 30m, 2h)"
         )
-    return float(match.group(1)) * UNITS[match.group(2) or "s"]
+    if maximum is not None and seconds > maximum:
+        raise ValueError(f"bad duration {shown}: at most {format_duration(maximum)}")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

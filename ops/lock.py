@@ -5,13 +5,20 @@ flock(2) on `<OPS_LOCK_DIR>/<job>.lock`: the kernel drops the lock when the proc
 one would let two processes lock two different inodes). The holder writes its pid, host and
 start time into the file, so that a skipped run can say who holds it.
 
+The file is opened without following symbolic links and must be a regular file of ours with
+one link: in a shared directory (/run/lock, /tmp) another user could otherwise plant a link
+that makes the holder note overwrite a file of the app user's. Nothing is written before the
+lock is held.
+
 This is fcntl directly rather than the filelock package: the same flock call, but filelock's
 import cost 32 ms of every cron run's start-up (bench/RESULTS.md, P1).
 """
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +52,29 @@ def ensure_lock_dir(directory: Path) -> Path:
     return directory
 
 
+def open_lock_file(path: Path) -> int:
+    """Open (or create, 0600) the lock file: never through a symbolic link, and only a regular
+    file owned by this user with a single link; LockError naming the path otherwise."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LockError(f"lock file {path} is a symbolic link: refusing to use it") from None
+        raise LockError(f"lock file {path}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "not a regular file"
+    elif info.st_uid != os.geteuid():
+        problem = f"owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
+    elif info.st_nlink != 1:
+        problem = f"has {info.st_nlink} hard links"
+    if problem:
+        os.close(fd)
+        raise LockError(f"lock file {path}: {problem}: refusing to use it")
+    return fd
+
+
 class JobLock:
     POLL = 0.1  # seconds between tries while --wait
 
@@ -55,10 +85,7 @@ class JobLock:
 
     def acquire(self, wait: float | None = None) -> bool:
         """True when locked; False when another process holds it (after `wait` seconds)."""
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise LockError(f"lock file {self.path}: {exc.strerror}") from None
+        fd = open_lock_file(self.path)
         deadline = time.monotonic() + (wait or 0)
         while True:
             try:
@@ -88,7 +115,7 @@ class JobLock:
         deadline = time.monotonic() + patience
         while True:
             try:
-                data = json.loads(self.path.read_bytes() or b"null")
+                data = json.loads(_read_no_follow(self.path) or b"null")
             except (OSError, ValueError):
                 data = None
             if isinstance(data, dict) or time.monotonic() >= deadline:
@@ -97,3 +124,11 @@ class JobLock:
         if not isinstance(data, dict):
             return Holder()
         return Holder(pid=data.get("pid"), host=data.get("host", ""), since=data.get("since", ""))
+
+
+def _read_no_follow(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)

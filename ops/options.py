@@ -8,10 +8,35 @@ from dataclasses import dataclass, field
 
 from .durations import parse_duration
 
-JOB_NAME = re.compile(r"^[a-z0-9_-]{1,100}$")
+# A job name starts with a letter or digit: `run_job -x` would read a name "-x" as an option.
+JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+JOB_NAME_RULE = "1-100 of a-z, 0-9, '_' and '-', starting with a letter or digit"
+# The longest value an error message echoes (a 10,000-character --name is not repeated whole).
+SHOWN_MAX = 60
 PING_UUID = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
+
+
+# --catch-up runs at most this many earlier slots in one run: enough for three months of a daily
+# job, and a bound on what one cron fire can do (100,000 once ran 52,417 slots of a */5 job).
+MAX_CATCH_UP = 100
+# --timeout and --wait: at most 365 days, the largest grace healthchecks.io accepts (the grace
+# sync_healthchecks derives from the timeout).
+MAX_DURATION = 365 * 86400
+EARLIEST_LOGICAL_DATE = dt.date(1970, 1, 1)
+# A bare `--standby` as the parser sees it. The option's value must be joined with `=`
+# (`--standby=30m`): `--standby charge_daily` would otherwise read the command as its value.
+# parse_run_args rewrites the bare word to this; a NUL never occurs in a real argument.
+_BARE_STANDBY = "\0"
+_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def shown(text: str, limit: int = SHOWN_MAX) -> str:
+    """`text` quoted as an error message echoes it: cut to `limit` characters, the cut said."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} characters)"
 
 
 class OptionsError(ValueError):
@@ -32,6 +57,10 @@ class RunOptions:
     no_ping: bool = False
     no_output_in_ping: bool = False
     quiet: bool = False
+    log: str | None = None
+    # None: not said (OPS_STANDBY decides); False: --no-standby; True: --standby (bounded by
+    # the job's --timeout, ops/standby.py); a number: --standby=DURATION, in seconds.
+    standby: bool | float | None = None
     # Which options the command line set explicitly (the rest may come from crontab.d).
     given: set[str] = field(default_factory=set)
 
@@ -42,34 +71,57 @@ class RunOptions:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        raise OptionsError(message)
+        # argparse echoes the words it refuses ("unrecognized arguments: ..."): cut each.
+        raise OptionsError(re.sub(rf"\S{{{SHOWN_MAX + 1},}}", _cut_word, message))
+
+
+def _cut_word(match: re.Match) -> str:
+    word = match.group(0)
+    return f"{word[:SHOWN_MAX]}… ({len(word)} characters)"
 
 
 def _duration(text):
     try:
-        return parse_duration(text)
+        return parse_duration(text, maximum=MAX_DURATION)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _standby(text):
+    return True if text == _BARE_STANDBY else _duration(text)
+
+
 def _date(text):
+    # Exactly YYYY-MM-DD in ASCII: Python 3.11's fromisoformat also takes 20260105, 2026-W02-1
+    # and full-width digits, none of which an operator means as a logical date.
     try:
-        return dt.date.fromisoformat(text)
+        if not _ISO_DATE.fullmatch(text):
+            raise ValueError(text)
+        day = dt.date.fromisoformat(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"bad date {text!r}: use YYYY-MM-DD") from exc
+    if day < EARLIEST_LOGICAL_DATE:
+        raise argparse.ArgumentTypeError(
+            f"bad date {text!r}: logical dates start at {EARLIEST_LOGICAL_DATE}"
+        )
+    return day
 
 
 def _count(text):
-    if not text.isdigit():
+    if not re.fullmatch(r"[0-9]+", text):  # ASCII only: isdigit() takes '²' too
         raise argparse.ArgumentTypeError(f"bad count {text!r}: use a whole number ≥ 0")
-    return int(text)
+    count = int(text) if len(text) <= 10 else MAX_CATCH_UP + 1
+    if count > MAX_CATCH_UP:
+        shown = text if len(text) <= 20 else text[:10] + "…"
+        raise argparse.ArgumentTypeError(
+            f"{shown} is too many: at most {MAX_CATCH_UP} earlier slots per run"
+        )
+    return count
 
 
 def _name(text):
     if not JOB_NAME.match(text):
-        raise argparse.ArgumentTypeError(
-            f"bad job name {text!r}: use 1-100 of a-z, 0-9, '_' and '-'"
-        )
+        raise argparse.ArgumentTypeError(f"bad job name {shown(text)}: use {JOB_NAME_RULE}")
     return text
 
 
@@ -89,22 +141,50 @@ def _ping(text):
 def add_runner_options(parser: argparse.ArgumentParser) -> None:
     """The runner's own options (DESIGN.md, run_job); also used for `run_job --help`."""
     parser.add_argument("--name", type=_name, help="job name (default: the command name)")
-    parser.add_argument("--timeout", type=_duration, help="end the job after DURATION (exit 124)")
+    parser.add_argument(
+        "--timeout",
+        type=_duration,
+        metavar="DURATION",
+        help="end the job after DURATION (90s, 30m, 2h, 7d; at most 365d): exit 124",
+    )
     parser.add_argument(
         "--catch-up",
         type=_count,
         default=None,
         metavar="N",
-        help="first run up to N earlier slots that have no success",
+        help=f"first run up to N earlier slots that have no success (at most {MAX_CATCH_UP})",
     )
     parser.add_argument(
         "--wait",
         type=_duration,
         metavar="DURATION",
-        help="wait up to DURATION for the lock instead of skipping",
+        help="wait up to DURATION (at most 365d) for the lock instead of skipping",
     )
     parser.add_argument(
-        "--logical-date", type=_date, metavar="YYYY-MM-DD", help="run the slot of this date by hand"
+        "--standby",
+        type=_standby,
+        nargs="?",
+        const=True,
+        metavar="DURATION",
+        help="when another host runs this slot, wait for it instead of exiting 75: exit 0 once "
+        "it succeeded, run the slot if it dies; give up (75) after --standby=DURATION, by "
+        "default the job's --timeout (else OPS_DEFAULT_GRACE) plus 3 heartbeats. Its value "
+        "takes '=': --standby=30m",
+    )
+    parser.add_argument(
+        "--no-standby",
+        dest="standby",
+        action="store_const",
+        const=False,
+        help="never stand by, even with OPS_STANDBY on: exit 75 when the slot is busy",
+    )
+    parser.add_argument(
+        "--logical-date",
+        type=_date,
+        metavar="YYYY-MM-DD",
+        help="run the slot of this date by hand (from 1970-01-01, not in the future); the "
+        "runner passes it to a command that takes --logical-date, which the command's own "
+        "arguments must never carry",
     )
     parser.add_argument(
         "--force", action="store_true", default=None, help="run a slot that already succeeded again"
@@ -123,6 +203,9 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="print the job's output only when it fails",
     )
+    parser.add_argument(
+        "--log", metavar="PATH", help="append all output to PATH (installed cron lines use it)"
+    )
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -134,11 +217,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 _PARSER = _build_parser()
-# Runner options as written on a crontab.d line (--logical-date and --force are by hand only).
+# Runner options as written on a crontab.d line (--logical-date and --force are by hand only;
+# install_crontab writes --log).
 SCHEDULE_OPTIONS = [
     a.option_strings[0]
     for a in _PARSER._actions
-    if a.option_strings and a.dest not in ("logical_date", "force")
+    if a.option_strings and a.dest not in ("logical_date", "force", "log")
 ]
 RUNNER_FIELDS = _FIELDS = [
     "name",
@@ -151,6 +235,8 @@ RUNNER_FIELDS = _FIELDS = [
     "no_ping",
     "no_output_in_ping",
     "quiet",
+    "log",
+    "standby",
 ]
 
 
@@ -158,12 +244,99 @@ def parse_run_args(argv: list[str]) -> RunOptions:
     """Parse `[runner options] <command> [args]`; OptionsError on anything malformed."""
     if not argv:
         raise OptionsError("no command given")
-    ns = _PARSER.parse_args(argv)
+    options = _leading_options(argv)
+    if "--no-standby" in options and any(o.split("=", 1)[0] == "--standby" for o in options):
+        raise OptionsError("--standby and --no-standby contradict each other: give one")
+    ns = _PARSER.parse_args(_mark_bare_standby(argv))
     if ns.command.startswith("-"):
-        raise OptionsError(f"unknown runner option {ns.command!r}")
+        raise OptionsError(f"unknown runner option {shown(ns.command)}")
     given = {f for f in _FIELDS if getattr(ns, f) is not None}
     values = {f: getattr(ns, f) for f in given}
     return RunOptions(command=ns.command, args=list(ns.args), given=given, **values)
+
+
+def _takes_separate_value(action: argparse.Action) -> bool:
+    """`--opt VALUE` as two words: an option whose value is optional (--standby) takes one only
+    as `--opt=VALUE`."""
+    return action.nargs not in (0, argparse.OPTIONAL)
+
+
+def _leading_options(argv: list[str]) -> list[str]:
+    """The option words before the command name (their separate values left out)."""
+    separate = {o for a in _PARSER._actions for o in a.option_strings if _takes_separate_value(a)}
+    found, i = [], 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        found.append(argv[i])
+        i += 2 if argv[i] in separate else 1
+    return found
+
+
+def _mark_bare_standby(argv: list[str]) -> list[str]:
+    """argv with each bare `--standby` among the runner options marked as bare, so that the
+    parser never takes the next word (the command) for its value."""
+    separate = {o for a in _PARSER._actions for o in a.option_strings if _takes_separate_value(a)}
+    marked = list(argv)
+    i = 0
+    while i < len(marked):
+        word = marked[i]
+        if not word.startswith("-") or word == "--":
+            break  # the command name: the rest is the job's
+        if word == "--standby":
+            marked[i] = f"--standby={_BARE_STANDBY}"
+            _refuse_separate_standby_value(marked[i + 1 : i + 2])
+        i += 2 if word in separate else 1
+    return marked
+
+
+def _refuse_separate_standby_value(following: list[str]) -> None:
+    """`--standby 30m job` means `--standby=30m job`, but would run a command named 30m."""
+    if not following:
+        return
+    try:
+        parse_duration(following[0])
+    except ValueError:
+        return
+    raise OptionsError(
+        f"--standby takes its bound with '=': write --standby={following[0]} (a separate "
+        f"{following[0]!r} would be the command)"
+    )
+
+
+def split_common_options(argv: list[str], common: dict[str, bool]) -> tuple[list[str], list[str]]:
+    """(runner argv, common options): take Django's common options (`common`: option string →
+    takes a value) out of the options before the command name.
+
+    `manage.py run_job --settings=config.settings -v 2 --timeout=1h charge_daily --x` gives
+    `--timeout=1h charge_daily --x` for the runner and `--settings=config.settings -v 2` for
+    Django. Both `--opt=value` and `--opt value` forms count, and `-v2`; from the command name
+    on, every word is the job's. An unknown option stops the walk: the runner's parser reports it.
+    """
+    runner = {
+        option: _takes_separate_value(action)
+        for action in _PARSER._actions
+        for option in action.option_strings
+    }
+    kept: list[str] = []
+    taken: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if not word.startswith("-") or word == "--":
+            break  # the command name: the rest is the job's
+        option = word.split("=", 1)[0]
+        if option not in common and word[:2] in common and not word.startswith("--"):
+            option = word[:2]  # -v2
+        if option in common:
+            separate = common[option] and word == option
+            taken.extend(argv[i : i + 1 + separate])
+            i += 1 + separate
+        elif option in runner:
+            separate = runner[option] and word == option
+            kept.extend(argv[i : i + 1 + separate])
+            i += 1 + separate
+        else:
+            break
+    return kept + argv[i:], taken
 
 
 def merge(declared: RunOptions, cli: RunOptions) -> RunOptions:

@@ -1,4 +1,4 @@
-"""Retention for the run history: `prune_runs --older-than=90d`.
+"""Retention for the run history and the slot claims: `prune_runs --older-than=90d`.
 
 Deletes JobRun rows that started before `now - older_than`, job by job on the
 (job, -started_at) index, in short batches (each its own transaction, so cron jobs writing
@@ -6,19 +6,25 @@ their history are never blocked for long). Two rows per job are always kept, wha
 age: its latest attempt and its latest success, so job_status still knows when a monthly or
 yearly job last ran and last succeeded.
 
-SlotClaim rows are kept (their `run` link becomes empty). A claim is the record that a slot is
-done: catch-up and a by-hand `--logical-date` run consult it to skip a slot that already
-succeeded, and catch-up never reaches before a job's first claim. One small row per slot, no
-output: the history's bulk is JobRun's output tail, which is what this removes.
+SlotClaim rows whose slot is older than the cut-off (`scheduled_at`, or `started_at` for a
+by-hand date slot of an unscheduled command) go too, the same way: a minutely job adds
+~525,000 a year. Kept whatever their age: each job's latest succeeded claim (by slot instant)
+and every claim still `running`. That is all catch-up and job_status need: catch-up never runs
+a slot at or before the latest succeeded one (README, "the catch-up floor"), job_status looks
+at the due slot (younger than any sensible cut-off) and at the latest success. What goes: the
+record that an older slot was done, so a by-hand `--logical-date` run of a date older than the
+cut-off runs again (the command's own idempotency, like charge_daily's unique charge per day,
+still applies).
 """
 
 import datetime as dt
 from dataclasses import dataclass, field
 
 from django.db import transaction
+from django.db.models import Q
 
 from .models import JobRun, Outcome, SlotClaim
-from .status import history_job_names
+from .status import NOT_ATTEMPTS, history_job_names
 
 BATCH = 2000
 
@@ -28,39 +34,95 @@ class PruneResult:
     cutoff: dt.datetime
     deleted: int = 0
     per_job: dict[str, int] = field(default_factory=dict)
+    claims_deleted: int = 0
+    claims_per_job: dict[str, int] = field(default_factory=dict)
 
 
 def _kept(job: str) -> list[int]:
     runs = JobRun.objects.filter(job=job).order_by("-started_at", "-id")
     keep = [
-        runs.exclude(outcome=Outcome.SKIPPED).values_list("pk", flat=True).first(),
+        runs.exclude(outcome__in=NOT_ATTEMPTS).values_list("pk", flat=True).first(),
         runs.filter(outcome=Outcome.SUCCEEDED).values_list("pk", flat=True).first(),
     ]
     return [pk for pk in keep if pk is not None]
 
 
+def _kept_claim(job: str) -> list[int]:
+    """The job's latest succeeded claim: catch-up's floor (and a by-hand date slot's success
+    when the job has no scheduled one)."""
+    done = SlotClaim.objects.filter(job=job, state=Outcome.SUCCEEDED)
+    pk = (
+        done.filter(scheduled_at__isnull=False)
+        .order_by("-scheduled_at")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if pk is None:
+        pk = done.order_by("-started_at").values_list("pk", flat=True).first()
+    return [pk] if pk is not None else []
+
+
+def _delete_in_batches(rows, model, batch: int, before=None) -> int:
+    count = 0
+    while True:
+        with transaction.atomic():
+            ids = list(rows.values_list("pk", flat=True)[:batch])
+            if not ids:
+                return count
+            if before is not None:
+                before(ids)
+            model.objects.filter(pk__in=ids).delete()
+        count += len(ids)
+
+
+def prune_claims(
+    result: "PruneResult", *, dry_run: bool, batch: int, job: str | None = None
+) -> None:
+    """Delete (or count) the claims of slots older than the cut-off, of every job or only of
+    `job`; see the module's doc."""
+    cutoff = result.cutoff
+    for name in [job] if job is not None else history_job_names(SlotClaim):
+        old = (
+            SlotClaim.objects.filter(job=name)
+            .filter(
+                Q(scheduled_at__lt=cutoff) | Q(scheduled_at__isnull=True, started_at__lt=cutoff)
+            )
+            .exclude(state=Outcome.RUNNING)
+            .exclude(pk__in=_kept_claim(name))
+        )
+        count = old.count() if dry_run else _delete_in_batches(old, SlotClaim, batch)
+        if count:
+            result.claims_per_job[name] = count
+            result.claims_deleted += count
+
+
 def prune_runs(
-    *, now: dt.datetime, older_than: float, dry_run: bool = False, batch: int = BATCH
+    *,
+    now: dt.datetime,
+    older_than: float,
+    dry_run: bool = False,
+    batch: int = BATCH,
+    job: str | None = None,
 ) -> PruneResult:
-    """Delete (or with dry_run count) the runs started more than `older_than` seconds ago."""
+    """Delete (or with dry_run count) the runs started more than `older_than` seconds ago,
+    of every job or only of `job` (a shorter retention for a chatty job, e.g. the metrics), and
+    the claims of slots that old."""
     result = PruneResult(cutoff=now - dt.timedelta(seconds=older_than))
-    for job in history_job_names():
-        old = JobRun.objects.filter(job=job, started_at__lt=result.cutoff).exclude(
-            pk__in=_kept(job)
+    for name in [job] if job is not None else history_job_names():
+        old = JobRun.objects.filter(job=name, started_at__lt=result.cutoff).exclude(
+            pk__in=_kept(name)
         )
         if dry_run:
             count = old.count()
         else:
-            count = 0
-            while True:
-                with transaction.atomic():
-                    ids = list(old.order_by("started_at").values_list("pk", flat=True)[:batch])
-                    if not ids:
-                        break
-                    SlotClaim.objects.filter(run_id__in=ids).update(run=None)
-                    JobRun.objects.filter(pk__in=ids).delete()
-                count += len(ids)
+            count = _delete_in_batches(
+                old.order_by("started_at"),
+                JobRun,
+                batch,
+                before=lambda ids: SlotClaim.objects.filter(run_id__in=ids).update(run=None),
+            )
         if count:
-            result.per_job[job] = count
+            result.per_job[name] = count
             result.deleted += count
+    prune_claims(result, dry_run=dry_run, batch=batch, job=job)
     return result

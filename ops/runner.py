@@ -3,6 +3,7 @@
 `run(argv)` is what `manage.py run_job` calls; it returns the exit code (DESIGN.md's table).
 """
 
+import contextlib
 import datetime as dt
 import os
 import signal
@@ -15,21 +16,33 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.core.management import get_commands, load_command_class
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import get_commands
 from django.core.management.base import CommandError
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from . import claims
+from . import children, claims, commandargs, conf, standby
+from .commandargs import ArgsRefused, LogicalDateGiven
+from .commandargs import check_args as check_command_args
 from .crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
 from .healthchecks import PingConfig, Pinger
 from .lock import JobLock, LockError
 from .models import JobRun, Outcome
-from .options import OptionsError, RunOptions, merge, parse_run_args
-from .output import CapturedOutput, Tail
+from .options import OptionsError, RunOptions, merge, parse_run_args, shown
+from .output import (
+    CapturedOutput,
+    JobLog,
+    Tail,
+    hold_standard_fds,
+    settle,
+    standard_streams,
+    write_fd,
+)
+from .redact import Redactor
 from .slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
 
-EXIT_SKIPPED = 75
+EXIT_SKIPPED = 75  # also a run whose claim was taken over: the slot is another run's now
 EXIT_TIMEOUT = 124
 EXIT_USAGE = 2
 TAIL_BYTES = 100_000  # hosted healthchecks keeps 100,000 bytes of a ping body
@@ -59,35 +72,38 @@ class Plan:
 
 
 def say(message: str, stream=None) -> None:
-    """One `cronops:` line. Never raises: when the log under cron's redirection is full or
-    gone, the history note and the ping carry the message instead."""
+    """One `cronops:` line. Never raises: when the log is full or gone, or a job closed the
+    stream, the history note and the ping carry the message instead."""
     stream = stream or sys.stdout
     line = f"cronops: {message}\n"
     try:
         fd = stream.fileno()
-    except (OSError, ValueError, AttributeError):
-        fd = None  # a StringIO (tests, call_command)
-    try:
-        if fd is None:
+    except Exception:
+        fd = None  # a StringIO (tests, call_command), or a stream that is closed
+    if fd is None:
+        with contextlib.suppress(Exception):
             stream.write(line)
             stream.flush()
-        else:
-            # Straight to the descriptor: a failed write must not stay in Python's buffer,
-            # where the flush at exit would fail again and turn the exit code into 1 or 120.
-            stream.flush()
-            os.write(fd, line.encode())
-    except (OSError, ValueError):
-        pass
+        return
+    with contextlib.suppress(Exception):
+        stream.flush()  # what the stream already holds comes first
+    # Straight to the descriptor: a failed write must not stay in Python's buffer, where the
+    # flush at exit would fail again and turn the exit code into 1 or 120.
+    write_fd(fd, line)
 
 
-def resolve(argv: list[str], stderr=None) -> Plan:
+def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Plan:
+    """The options and the declared job `argv` means; UsageError (exit 2, nothing recorded)
+    when it is malformed or would run something other than what crontab.d declares."""
     try:
         cli = parse_run_args(argv)
     except OptionsError as exc:
         raise UsageError(str(exc)) from None
     try:
-        job = load_schedule().get(cli.job_name)
+        schedule = load_schedule()
+        job = schedule.get(cli.job_name)
     except CrontabError as exc:
+        schedule = None
         job = load_jobs_leniently().get(cli.job_name)
         if job is None:
             raise UsageError(f"{exc} (run_job reads crontab.d for the job's schedule)") from None
@@ -98,15 +114,81 @@ def resolve(argv: list[str], stderr=None) -> Plan:
             f"job {job.name!r} is declared at {job.path}:{job.lineno} with command "
             f"{job.options.command!r}, not {cli.command!r}"
         )
-    if job is None and cli.command not in get_commands():
-        raise UsageError(
-            f"unknown command {cli.command!r}: not a management command and not a job in crontab.d"
-        )
-    if job is not None:
+    if job is None:
+        _check_ad_hoc(cli, schedule)
+        options = cli
+    else:
         options = merge(job.options, cli)
         options.name = job.name if job.name != job.options.command else options.name
-        return Plan(options=options, job=job)
-    return Plan(options=cli, job=None)
+    plan = Plan(options=options, job=job)
+    _check_logical_date(plan, from_declaration=job is not None and not cli.args, now=now)
+    return plan
+
+
+def _check_ad_hoc(cli: RunOptions, schedule) -> None:
+    """An ad hoc run (no job of that name in crontab.d) may wrap any command that crontab.d
+    does not declare: a declared command never escapes its slot gate under another name."""
+    commands = get_commands()
+    if cli.command == "run_job":  # a runner inside the runner: two locks, claims and pings
+        spelled = " ".join(cli.args) or "<command>"
+        spelled = spelled if len(spelled) <= 60 else spelled[:60] + "…"
+        raise UsageError(
+            f"run_job cannot run run_job: write the command itself (`run_job {spelled}`)"
+        )
+    if cli.command not in commands:
+        raise UsageError(
+            f"unknown command {shown(cli.command)}: not a management command and not a job in "
+            "crontab.d"
+        )
+    if cli.name is not None and cli.name != cli.command and cli.name in commands:
+        raise UsageError(
+            f"job name {cli.name!r} is the name of another management command: "
+            f"`run_job {cli.name}` would mean that command; choose another --name"
+        )
+    declared = [j for j in schedule.jobs if j.options.command == cli.command] if schedule else []
+    if declared:
+        where = ", ".join(f"{j.name!r} ({j.path}:{j.lineno})" for j in declared)
+        spell = " or ".join(f"`run_job {j.name}`" for j in declared)
+        raise UsageError(
+            f"{cli.command} is declared in crontab.d as job {where}; run it as {spell} (a "
+            "declared command runs only as its declared job, so each slot runs once)"
+        )
+    other = commandargs.history_command(cli.job_name, cli.command)
+    if other is not None:
+        raise UsageError(
+            f"job name {cli.job_name!r} has a history made by command {other!r}, not "
+            f"{cli.command!r}: its slots are {other}'s; choose another --name"
+        )
+
+
+def _check_logical_date(plan: Plan, *, from_declaration: bool, now: dt.datetime | None) -> None:
+    opts = plan.options
+    try:
+        check_command_args(opts.command, opts.args)
+    except LogicalDateGiven as exc:
+        if from_declaration:
+            where = f"{plan.job.path}:{plan.job.lineno}: "
+            fix = "remove it from that line: each run gets its slot's date"
+        else:
+            if plan.job is not None:
+                spelled = plan.job.name
+            elif opts.name in (None, opts.command):
+                spelled = opts.command
+            else:
+                spelled = f"--name={opts.name} {opts.command}"
+            where = ""
+            fix = f"write `run_job --logical-date={exc.value or 'YYYY-MM-DD'} {spelled}`"
+        raise UsageError(f"{where}{exc}; {fix}") from None
+    except ArgsRefused as exc:
+        raise UsageError(str(exc)) from None
+    if opts.logical_date is not None:
+        today = timezone.localdate(now or timezone.now(), ZoneInfo(settings.TIME_ZONE))
+        if opts.logical_date > today:
+            # Running a future slot now would make the real run that day a no-op.
+            raise UsageError(
+                f"--logical-date {opts.logical_date} is in the future (today is {today} in "
+                f"{settings.TIME_ZONE})"
+            )
 
 
 def plan_slots(plan: Plan, now: dt.datetime, tz: ZoneInfo) -> list[Slot | None]:
@@ -133,28 +215,26 @@ def plan_slots(plan: Plan, now: dt.datetime, tz: ZoneInfo) -> list[Slot | None]:
     slot = current_slot(expr, now, tz)
     slots: list[Slot | None] = [slot]
     if opts.catch_up:
-        floor = claims.first_slot_key(plan.name)
-        if floor is not None:
-            earlier = [s for s in previous_slots(expr, slot, opts.catch_up, tz) if s.key >= floor]
-            done = claims.succeeded_keys(plan.name, [s.key for s in earlier])
+        # Never at or before the latest succeeded slot, nor before the first claim (README).
+        floor = claims.catch_up_floor(plan.name, tz)
+        if floor.first is not None:
+            earlier = previous_slots(
+                expr, slot, opts.catch_up, tz, after=floor.latest_success, since=floor.first
+            )
+            done = claims.done_keys(plan.name, earlier)
             slots = [s for s in earlier if s.key not in done] + slots
     return slots
 
 
 def accepts_logical_date(command: str) -> bool:
-    app = get_commands()[command]
-    cmd = app if not isinstance(app, str) else load_command_class(app, command)
-    parser = cmd.create_parser("manage.py", command)
-    return any("--logical-date" in a.option_strings for a in parser._actions)
+    return commandargs.accepts_logical_date(command)  # the parser built once, shared
 
 
 def command_line(plan: Plan, slot: Slot | None) -> list[str]:
+    """The command's arguments for `slot`: its own, plus the slot's date when it takes one
+    (resolve() has refused arguments that carry a date of their own)."""
     args = list(plan.options.args)
-    if (
-        slot is not None
-        and not any(a.startswith("--logical-date") for a in args)
-        and accepts_logical_date(plan.options.command)
-    ):
+    if slot is not None and accepts_logical_date(plan.options.command):
         args.append(f"--logical-date={slot.logical_date.isoformat()}")
     return args
 
@@ -171,9 +251,8 @@ def execute(command: str, args: list[str]) -> tuple[int, str]:
     try:
         call_command(command, *args)
     except CommandError as exc:
-        _flush_stdout()  # keep the job's own output before the error in the log
         line = f"CommandError: {exc}"
-        sys.stderr.write(line + "\n")
+        write_fd(2, line + "\n")  # after the job's own output (write_fd flushes it first)
         return _status(exc.returncode or 1), line
     except SystemExit as exc:
         if exc.code is None:
@@ -181,23 +260,21 @@ def execute(command: str, args: list[str]) -> tuple[int, str]:
         if isinstance(exc.code, int):
             code = _status(exc.code)
             return code, f"exit {exc.code}" if code else ""
-        _flush_stdout()
-        sys.stderr.write(f"{exc.code}\n")
+        write_fd(2, f"{exc.code}\n")
         return 1, str(exc.code)
     except JobInterrupted:
         raise
     except Exception as exc:
-        _flush_stdout()
-        traceback.print_exc()
+        # To fd 2 itself, the job's captured stderr: the job may have closed sys.stderr.
+        write_fd(2, traceback.format_exc())
         return 1, f"{type(exc).__name__}: {_one_line(exc)}"
     return 0, ""
 
 
-def _flush_stdout() -> None:
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
+# --timeout and a takeover interrupt the command with a signal of our own, sent by a timer
+# thread: SIGALRM belongs to the job (libraries use signal.alarm for per-call timeouts, and one
+# that replaced or ignored our handler turned --timeout off).
+SIG_INTERRUPT = signal.SIGRTMIN + 4
 
 
 class Guard:
@@ -208,31 +285,65 @@ class Guard:
     claim is never left "running" by a signal that arrived between two database writes.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, SIG_INTERRUPT)
 
     def __init__(self):
         self.pending: JobInterrupted | None = None
         self.fired: JobInterrupted | None = None
+        self.lost: JobInterrupted | None = None  # the claim was taken over (heartbeat thread)
         self._armed = False
+        self._sleeping = False  # a standby between two reads of the claim
         self._timeout: float | None = None
+        self._timer: threading.Timer | None = None
         self._previous = {}
 
     def _on_signal(self, signum, frame):
-        if signum == signal.SIGALRM:
-            if not self._armed or not self._timeout:
-                return  # not our timer (an in-process caller's, or kill -ALRM): ignore it
-            interrupted = JobInterrupted(
-                Outcome.TIMED_OUT, EXIT_TIMEOUT, f"timed out after {self._timeout:g}s"
-            )
+        if signum == SIG_INTERRUPT:
+            if not self._armed:
+                return  # a timer that fired as the command ended: nothing to interrupt
+            if self.lost is not None:
+                interrupted = self.lost
+            elif not self._timeout:
+                return
+            else:
+                interrupted = JobInterrupted(
+                    Outcome.TIMED_OUT, EXIT_TIMEOUT, f"timed out after {self._timeout:g}s"
+                )
         else:
             name = signal.Signals(signum).name
             interrupted = JobInterrupted(Outcome.TERMINATED, 128 + signum, f"terminated by {name}")
+            if self._sleeping:  # a standby's wait ends at once: nothing is claimed yet
+                self._sleeping = False
+                raise interrupted
         if self._armed:
             self._armed = False
             self.fired = interrupted  # remembered: a job that swallows it still ends this way
             raise interrupted
         if self.pending is None:
             self.pending = interrupted
+
+    def sleep(self, seconds: float) -> None:
+        """A standby's pause between two reads of the claim; SIGTERM or SIGINT (also one
+        that arrived just before) ends it at once with JobInterrupted."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            raise pending
+        self._sleeping = True
+        try:
+            time.sleep(seconds)
+        finally:
+            self._sleeping = False
+
+    def interrupt_lost(self, interrupted: JobInterrupted) -> None:
+        """From the heartbeat thread: the claim was taken over; stop the command as a timeout
+        would (a command that already ended is judged by its record instead)."""
+        self.lost = interrupted
+        self._interrupt_main()
+
+    @staticmethod
+    def _interrupt_main() -> None:
+        with contextlib.suppress(Exception):
+            signal.pthread_kill(threading.main_thread().ident, SIG_INTERRUPT)
 
     def install(self) -> None:
         for sig in self.SIGNALS:
@@ -243,9 +354,14 @@ class Guard:
         for sig in self.SIGNALS:
             signal.signal(sig, self._on_signal)
 
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def uninstall(self) -> None:
         try:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._stop_timer()
         finally:
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
@@ -262,36 +378,48 @@ class Guard:
         try:
             self._armed = True
             if timeout:
-                signal.setitimer(signal.ITIMER_REAL, timeout)
+                self._timer = threading.Timer(timeout, self._interrupt_main)
+                self._timer.daemon = True
+                self._timer.start()
             yield
         finally:
             self._armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._stop_timer()
             self._reinstall()
         if self.fired is not None:  # the job caught our interruption and returned anyway
             raise self.fired
 
 
 class Heartbeat:
-    """Refreshes the claim's heartbeat from a thread, so another host can tell we are alive."""
+    """Refreshes the claim's heartbeat from a thread, so another host can tell we are alive.
 
-    def __init__(self, run: JobRun, interval: float):
-        self.run, self.interval = run, interval
+    A heartbeat that finds the claim no longer ours (another run took it over while this one
+    was frozen or cut off from the database) says so once and calls `on_lost` with the note."""
+
+    def __init__(self, run: JobRun, interval: float, on_lost=None):
+        self.run, self.interval, self.on_lost = run, interval, on_lost
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True, name="cronops-heartbeat")
 
     def _beat(self):
+        failing = False
         try:
             while not self._stop.wait(self.interval):
                 try:
-                    if not claims.heartbeat(self.run, timezone.now()):
-                        say(
-                            f"job {self.run.job}: this run no longer owns its claim on "
-                            f"{self.run.slot} (another host took it over: check the clocks)",
-                            sys.stderr,
-                        )
+                    hold_standard_fds()  # a reconnect must not take a number the job freed
+                    owned = claims.heartbeat(self.run, timezone.now())
+                    if not owned:
+                        note = taken_over_note(self.run)
+                        say(f"job {self.run.job}: {note}; stopping this run", sys.stderr)
+                        if self.on_lost is not None:
+                            self.on_lost(note)
+                        return
+                    failing = False
                 except DatabaseError as exc:
-                    say(f"job {self.run.job}: heartbeat failed: {_one_line(exc)}", sys.stderr)
+                    if not failing:  # once per outage, not once per beat
+                        say(f"job {self.run.job}: heartbeat failed: {_one_line(exc)}", sys.stderr)
+                    failing = True
+                    connection.close()  # the next beat connects afresh (Django would not)
         finally:
             connection.close()
 
@@ -307,29 +435,86 @@ class Heartbeat:
         return False
 
 
+def taken_over_note(run: JobRun) -> str:
+    """Who holds the slot now, for a run that lost its claim (one read of the claim)."""
+    now = claims.peek(run.job, run.slot)
+    if now is None:
+        who = "another run"
+    else:
+        who = f"run #{now.run_id} on {now.host} (claim version {now.version})"
+    return (
+        f"the claim on {run.slot} was taken over by {who} while this run was frozen or cut "
+        "off from the database (no heartbeat for 3 intervals)"
+    )
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
 
+def standby_bound(options: RunOptions, heartbeat: float) -> float | None:
+    """How long a run stands by (ops/standby.py); UsageError for a bad OPS_STANDBY."""
+    try:
+        on = options.standby if options.standby is not None else standby.setting()
+    except standby.StandbySettingError as exc:
+        raise UsageError(str(exc)) from None
+    if on is True and not options.timeout:
+        from .status import default_grace  # only then: the runner's start-up stays lean
+
+        grace = default_grace()
+    else:
+        grace = 0.0
+    return standby.bound(options, heartbeat=heartbeat, default_grace=grace)
+
+
 class Runner:
-    def __init__(self, plan: Plan, *, stdout=None, stderr=None):
+    def __init__(self, plan: Plan, *, stdout=None, stderr=None, log_problem: str = ""):
         self.plan = plan
+        self.log_problem = log_problem  # why --log could not be opened, or ""
         self.opts = plan.options
-        self.host = settings.OPS_HOST
+        self.host = conf.host()
+        # Read (and so validated) before anything is claimed: a bad value is exit 2, no trace.
+        self.heartbeat = conf.heartbeat_seconds()
         self.pid = os.getpid()
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.ping_config = PingConfig.from_settings()
+        self.redactor = Redactor.from_settings(settings)
         self.guard = Guard()
         self.stop = False  # set by a timeout, a signal or a lost database: no further slots
+        # Catch-up slots send no pings of their own (hosted healthchecks.io drops more than 5
+        # pings a minute per check); the last slot's final ping sums them up.
+        self.caught_up: list[str] = []
+        self.summarised = False
+        self.catch_up_failure = 0  # the exit code of this call's first failed catch-up slot
+        # How long this call stands by for a busy slot (None: it does not); from its start.
+        self.standby = standby_bound(plan.options, self.heartbeat)
+        self.standby_deadline = time.monotonic() + (self.standby or 0)
 
-    def pinger(self) -> Pinger:
+    def pinger(self, enabled: bool = True) -> Pinger:
         return Pinger(
-            self.ping_config, self.plan.name, override=self.opts.ping, enabled=not self.opts.no_ping
+            self.ping_config,
+            self.plan.name,
+            override=self.opts.ping,
+            enabled=enabled and not self.opts.no_ping,
         )
 
-    def skip(self, slot: Slot | None, note: str, exit_code: int) -> int:
+    def catch_up_head(self) -> bytes:
+        """The summary of this call's catch-up slots, for the head of the final ping."""
+        if not self.caught_up:
+            return b""
+        self.summarised = True
+        return ("cronops: caught up " + "; ".join(self.caught_up) + "\n").encode()
+
+    def skip(
+        self,
+        slot: Slot | None,
+        note: str,
+        exit_code: int,
+        catch_up: bool = False,
+        ping: bool = True,
+    ) -> int:
         now = timezone.now()
         claims.new_run(
             self.plan.name,
@@ -346,13 +531,24 @@ class Runner:
         )
         if exit_code or not self.opts.quiet:
             say(f"job {self.plan.name}: {note}", self.stdout)
-        self.pinger().log(note)
+        if catch_up:
+            self.caught_up.append(f"{slot}: {note}")
+        elif ping:
+            self.pinger().log(note)
         return exit_code
+
+    def send_summary(self, exit_code: int) -> None:
+        """A final ping for catch-up slots when no slot of this call sent one (the current slot
+        was a skip, or a timeout or signal ended the call early)."""
+        if self.caught_up and not self.summarised:
+            code = self.catch_up_failure or exit_code
+            code = 0 if code == EXIT_SKIPPED else code  # a busy current slot is no failure
+            self.pinger().finish(code, b"", head=self.catch_up_head())
 
     def run(self) -> int:
         now = timezone.now()
         lock = JobLock(
-            settings.OPS_LOCK_DIR,
+            conf.lock_dir(),
             self.plan.name,
             host=self.host,
             since=timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S %Z"),
@@ -363,9 +559,13 @@ class Runner:
             holder = lock.holder()
             return self.skip(None, f"skipped: {holder.describe()}", EXIT_SKIPPED)
         self.guard.install()
+        # Orphaned grandchildren of the command reparent to run_job (ops/children.py).
+        subreaper = children.set_subreaper(True)
         try:
             return self._run(now)
         finally:
+            if subreaper is False:  # an in-process caller's state comes back
+                children.set_subreaper(False)
             self.guard.uninstall()
             lock.release()
 
@@ -373,43 +573,113 @@ class Runner:
         tz = ZoneInfo(settings.TIME_ZONE)
         slots = plan_slots(self.plan, now, tz)
         exit_code = 0
-        for slot in slots:
+        for i, slot in enumerate(slots):
             if self.guard.pending is not None:  # a signal between two slots
                 pending = self.guard.pending
                 say(f"job {self.plan.name}: {pending.note}", self.stderr)
+                self.send_summary(pending.exit_code)
                 return pending.exit_code
-            code = self.run_slot(slot)
+            code = self.run_slot(slot, catch_up=i < len(slots) - 1)
             if code and not exit_code:
                 exit_code = code  # the first failure's code, also when a later slot succeeds
             if self.stop:
                 break
         if self.guard.pending is not None:  # arrived while recording or pinging
             exit_code = self.guard.pending.exit_code
+        self.send_summary(exit_code)
         return exit_code
 
-    def run_slot(self, slot: Slot | None) -> int:
+    def claim(self, slot: Slot) -> claims.ClaimResult:
+        return claims.claim(
+            self.plan.name,
+            slot,
+            host=self.host,
+            pid=self.pid,
+            now=timezone.now(),
+            force=bool(self.opts.force),
+            stale_after=claims.STALE_HEARTBEATS * self.heartbeat,
+            command=self.opts.command,
+        )
+
+    def stand_by(self, slot: Slot, result: claims.ClaimResult, catch_up: bool):
+        """Wait while another run holds `slot` (README: several servers). Returns this slot's
+        exit code when there is nothing left to do here, else the ClaimResult it took."""
+        total, seen = 0.0, result.holder
+        # Said once, so that a run_job that lives for an hour in the log explains itself.
+        say(
+            f"job {self.plan.name}: {slot} is running on {result.holder.host} "
+            f"(pid {result.holder.pid}); standing by",
+            self.stdout,
+        )
+        while result.status == "busy":
+            try:
+                waited = standby.wait(
+                    self.plan.name,
+                    slot,
+                    deadline=self.standby_deadline,
+                    heartbeat=self.heartbeat,
+                    sleep=self.guard.sleep,
+                    clock=timezone.now,
+                )
+            except JobInterrupted as interrupted:
+                # SIGTERM, SIGINT: the wait ends at once; nothing is claimed, nothing to ping.
+                self.stop = True
+                holder = result.holder
+                note = f"standby {interrupted.note} while {holder.host} ran {slot}"
+                return self.skip(slot, note, interrupted.exit_code, catch_up, ping=False)
+            total += waited.seconds
+            holder = seen = waited.claim or result.holder
+            if waited.verdict == standby.DONE:
+                note = f"done on {holder.host} for {slot} (stood by {standby.waited(total)})"
+                return self.skip(slot, note, 0, catch_up)
+            if waited.verdict == standby.FAILED:
+                outcome = holder.state.replace("_", " ")
+                note = (
+                    f"{outcome} on {holder.host} for {slot}: not run again by a standby (it "
+                    "runs a slot whose holder died or was terminated, not one that failed)"
+                )
+                return self.skip(slot, note, 0, catch_up)
+            if waited.verdict == standby.GAVE_UP:
+                since = timezone.localtime(holder.started_at).strftime("%Y-%m-%d %H:%M:%S %Z")
+                note = (
+                    f"skipped: running since {since}, pid {holder.pid}, host {holder.host} "
+                    f"(stood by {standby.waited(total)}, the standby's bound)"
+                )
+                return self.skip(slot, note, EXIT_SKIPPED, catch_up)
+            result = self.claim(slot)  # TAKE: another standby may be quicker (busy again)
+            if result.status == "done":
+                holder = result.holder
+                note = f"done on {holder.host} for {slot} (stood by {standby.waited(total)})"
+                return self.skip(slot, note, 0, catch_up)
+        if seen is not None and seen.state in standby.RUN_AGAIN:
+            say(
+                f"job {self.plan.name}: the run on {seen.host} was {seen.state.replace('_', ' ')}; "
+                f"this standby runs {slot}",
+                self.stderr,
+            )
+        return result
+
+    def run_slot(self, slot: Slot | None, catch_up: bool = False) -> int:
         name, now = self.plan.name, timezone.now()
         if slot is not None:
-            result = claims.claim(
-                name,
-                slot,
-                host=self.host,
-                pid=self.pid,
-                now=now,
-                force=bool(self.opts.force),
-                stale_after=claims.STALE_HEARTBEATS * settings.OPS_HEARTBEAT_SECONDS,
-                command=self.opts.command,
-            )
+            result = self.claim(slot)
+            if result.status == "busy" and self.standby is not None:
+                result = self.stand_by(slot, result, catch_up)
+                if isinstance(result, int):
+                    return result
             if result.status == "done":
-                return self.skip(slot, f"already done for {slot}", 0)
+                return self.skip(slot, f"already done for {slot}", 0, catch_up)
             if result.status == "busy":
                 holder = result.holder
                 since = timezone.localtime(holder.started_at).strftime("%Y-%m-%d %H:%M:%S %Z")
-                return self.skip(
-                    slot,
-                    f"skipped: running since {since}, pid {holder.pid}, host {holder.host}",
-                    EXIT_SKIPPED,
-                )
+                note = f"skipped: running since {since}, pid {holder.pid}, host {holder.host}"
+                if result.survivor is not None:  # its runner died, a child of it did not
+                    note = (
+                        f"skipped: the runner of run #{holder.run_id} (pid {holder.pid}, host "
+                        f"{holder.host}) is gone, but a process of run #{holder.run_id} "
+                        f"({result.survivor.describe()}) is still running"
+                    )
+                return self.skip(slot, note, EXIT_SKIPPED, catch_up)
             if result.abandoned is not None:
                 say(
                     f"job {name}: recorded the dead attempt #{result.abandoned.pk} for {slot} as "
@@ -421,25 +691,33 @@ class Runner:
             run = claims.new_run(
                 name, None, host=self.host, pid=self.pid, now=now, command=self.opts.command
             )
-        return self.execute_run(run, slot)
+        return self.execute_run(run, slot, catch_up=catch_up)
 
-    def execute_run(self, run: JobRun, slot: Slot | None) -> int:
-        pinger = self.pinger()
+    def execute_run(self, run: JobRun, slot: Slot | None, catch_up: bool = False) -> int:
+        pinger = self.pinger(enabled=not catch_up)
         run.rid = pinger.rid
         try:
             args = command_line(self.plan, slot)
         except Exception:  # the command cannot even load: execute() meets it and records it
             args = list(self.opts.args)
-        run.command = " ".join([self.opts.command, *args])[:500]
+        # The history and the admin show the command line: a secret passed as an argument is not
+        # kept there (the admin's search box would let anyone test guesses at it).
+        run.command = self.redactor.text(" ".join([self.opts.command, *args]))[:500]
         pinger.start()
-        tail = Tail(TAIL_BYTES)
+        tail = Tail(TAIL_BYTES, redactor=self.redactor)
         captured = CapturedOutput(tail, quiet=bool(self.opts.quiet))
         started = time.monotonic()
         outcome, note = Outcome.SUCCEEDED, ""
+        self.guard.lost = None
+        before = frozenset(children.children_of(os.getpid()))  # not the command's: never ended
+
+        def on_lost(note: str) -> None:
+            self.guard.interrupt_lost(JobInterrupted(Outcome.TAKEN_OVER, EXIT_SKIPPED, note))
+
         try:
-            with Heartbeat(run, settings.OPS_HEARTBEAT_SECONDS), captured:
+            with Heartbeat(run, self.heartbeat, on_lost), captured:
                 try:
-                    with self.guard.command(self.opts.timeout):
+                    with self.guard.command(self.opts.timeout), claims.holding(run):
                         exit_code, note = execute(self.opts.command, args)
                 except JobInterrupted as interrupted:
                     captured.restore()
@@ -452,6 +730,9 @@ class Runner:
             captured.restore()
             outcome, exit_code, note = late.outcome, late.exit_code, late.note
         duration = time.monotonic() - started
+        # The job may have closed sys.stdout or sys.stderr (ours too, from manage.py).
+        self.stdout, self.stderr = captured.usable(self.stdout), captured.usable(self.stderr)
+        self.end_leftovers(before)  # before the claim is released: they must not overlap a rerun
         if outcome == Outcome.SUCCEEDED and exit_code != 0:
             outcome = Outcome.FAILED
         if exit_code and self.opts.quiet:
@@ -461,15 +742,20 @@ class Runner:
         if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED):
             say(f"job {self.plan.name}: {note}", self.stderr)
             self.stop = True
+        if outcome == Outcome.TAKEN_OVER:  # the heartbeat thread said so already
+            note += "; the job was interrupted"
+        kind = None  # timeouts and signals ping their exit code (/124, /143, /130)
         if lost_output:
             # The log's disk is full (or the reader is gone). The job's outcome stands (a done
-            # slot must not run again), but the history notes it and the ping fails so that
-            # monitoring says something is wrong on this host.
+            # slot must not run again), but the history notes it and the ping is /fail (its
+            # exit status, 0, would say success) so that monitoring says something is wrong.
             say(f"error: job {self.plan.name}: {lost_output}", self.stderr)
             note = f"{note}; {lost_output}" if note else lost_output
-        kind = "fail" if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED) else None
-        if lost_output:
             kind = "fail"
+        if self.log_problem:  # said on cron's stderr at the start; monitoring hears it too
+            note = f"{note}; {self.log_problem}" if note else self.log_problem
+            kind = "fail"
+        note = self.redactor.text(note)  # an error line may quote a secret
         lost = self.record(run, outcome, exit_code, duration, note, tail)
         if lost:
             # The database went away during the run: the outcome exists nowhere but here, so
@@ -481,10 +767,42 @@ class Runner:
             )
             say(f"error: job {self.plan.name}: {note}", self.stderr)
             exit_code, kind, self.stop = exit_code or 1, "fail", True
+        elif run.outcome == Outcome.TAKEN_OVER:
+            # The slot is another run's now: its outcome is the slot's. Not a success, not a
+            # failure to alert on (the new holder pings its own); no further slots here.
+            outcome, exit_code, note, kind = run.outcome, run.exit_code, run.note, "log"
+            self.stop = True
+        if catch_up:
+            self.catch_up_failure = self.catch_up_failure or exit_code
+            self.caught_up.append(
+                f"{slot}: {outcome}" + (f", exit {exit_code}" if exit_code else "")
+            )
+            return exit_code
         body = b"" if self.opts.no_output_in_ping else tail.text().encode()
-        head = f"cronops: {note}\n".encode() if note else b""
-        pinger.finish(exit_code, body, kind=kind, head=head)
+        note = self.redactor.text(note)
+        head = self.catch_up_head() + (f"cronops: {note}\n".encode() if note else b"")
+        # The final ping carries run_job's exit code: a failed catch-up slot is not hidden by
+        # a current slot that succeeded.
+        pinger.finish(self.catch_up_failure or exit_code, body, kind=kind, head=head)
         return exit_code
+
+    def end_leftovers(self, before: frozenset[int]) -> None:
+        """End the processes the command left behind (ops/children.py), after any end of it.
+        A signal meanwhile is only noted by the guard and acted on afterwards."""
+        try:
+            ended = children.end_descendants(exclude=before)
+        except Exception as exc:  # never lose the outcome over it
+            say(f"job {self.plan.name}: could not end its child processes: {exc}", self.stderr)
+            return
+        if ended:
+            shown = ", ".join(f"{p.comm} ({p.pid})" for p in ended[:5])
+            more = f" and {len(ended) - 5} more" if len(ended) > 5 else ""
+            what = "process" if len(ended) == 1 else "processes"
+            say(
+                f"job {self.plan.name}: ended {len(ended)} leftover {what} of the command: "
+                f"{shown}{more}",
+                self.stderr,
+            )
 
     def record(self, run, outcome, exit_code, duration, note, tail: Tail) -> str:
         """Save the outcome; "" when saved, else why not (one line)."""
@@ -494,9 +812,11 @@ class Runner:
         run.output_tail = tail.text(HISTORY_TAIL_BYTES)
         for attempt in (1, 2):
             try:
-                run.save()
-                if run.slot:
-                    claims.release(run)
+                with transaction.atomic():
+                    # Fenced: the outcome goes onto the claim only while the claim is ours.
+                    if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run):
+                        self.taken_over(run)
+                    run.save()
                 return ""
             except DatabaseError as exc:
                 if attempt == 1:
@@ -505,16 +825,55 @@ class Runner:
                 return _one_line(exc)
         return ""
 
+    def taken_over(self, run: JobRun) -> None:
+        """The command ended after its claim was taken over (the heartbeat did not see it in
+        time): record it as taken over, never as the slot's outcome."""
+        note = taken_over_note(run)
+        if self.guard.lost is None:  # else the heartbeat has said so already
+            say(f"job {run.job}: {note}", self.stderr)
+        ended = f"{run.outcome}, exit {run.exit_code}" if run.exit_code else run.outcome
+        run.note = f"{note}; the job had ended by then ({ended})"[:300]
+        run.outcome, run.exit_code = Outcome.TAKEN_OVER, EXIT_SKIPPED
+
 
 def run(argv: list[str], *, stdout=None, stderr=None) -> int:
     """Run `argv` (run_job's arguments) and return the exit code."""
+    # --log first, before anything prints: every line of this run belongs in it.
+    log = JobLog(log_option(argv))
+    standard_streams()
+    if log.problem:
+        say(f"error: {log.problem}", stderr or sys.stderr)
+    try:
+        return _run(argv, stdout=stdout, stderr=stderr, log_problem=log.problem)
+    finally:
+        log.close()
+        settle()  # nothing unwritable left in sys.stdout/sys.stderr for the flush at exit
+
+
+def log_option(argv: list[str]) -> str | None:
+    """The `--log` of `argv`; also when another option is malformed (its error goes there)."""
+    try:
+        return parse_run_args(argv).log
+    except OptionsError:
+        for word in argv:  # installed lines write --log=PATH first
+            if not word.startswith("-"):
+                break
+            if word.startswith("--log="):
+                return word.removeprefix("--log=")
+        return None
+
+
+def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") -> int:
     stderr = stderr or sys.stderr
     plan = None
     try:
-        plan = resolve(argv, stderr)
-        runner = Runner(plan, stdout=stdout, stderr=stderr)
+        plan = resolve(argv, stderr, now=timezone.now())
+        runner = Runner(plan, stdout=stdout, stderr=stderr, log_problem=log_problem)
         return runner.run()
     except UsageError as exc:
+        say(f"error: {exc}", stderr)
+        return EXIT_USAGE
+    except ImproperlyConfigured as exc:  # a cronops setting's value (ops/conf.py): one line
         say(f"error: {exc}", stderr)
         return EXIT_USAGE
     except LockError as exc:
@@ -524,8 +883,9 @@ def run(argv: list[str], *, stdout=None, stderr=None) -> int:
         _fail_ping(plan, argv, str(exc))
         return 1
     except DatabaseError as exc:
-        say(f"error: database unavailable: {_one_line(exc)}", stderr)
-        _fail_ping(plan, argv, f"database unavailable: {_one_line(exc)}")
+        hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
+        say(f"error: database unavailable: {_one_line(exc)}{hint}", stderr)
+        _fail_ping(plan, argv, f"database unavailable: {_one_line(exc)}{hint}")
         return 1
 
 
@@ -541,4 +901,6 @@ def _fail_ping(plan: Plan | None, argv: list[str], message: str) -> None:
     pinger = Pinger(
         PingConfig.from_settings(), opts.job_name, override=opts.ping, enabled=not opts.no_ping
     )
+    # /fail, not an exit status: the job never ran, there is none to report.
+    message = Redactor.from_settings(settings).text(message)
     pinger.finish(None, f"cronops: {message}\n".encode(), kind="fail")

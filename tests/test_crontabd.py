@@ -82,6 +82,7 @@ def test_the_projects_own_crontab_d_is_valid():
         "*/59 */23 */30 */11 */7",
         "0 9 * * MON-FRI",
         "0,30 8-18/2 1,15 jan,jul sun",
+        "0 3 * * sat-7",  # a name-number range: python-crontab 3.4 raises on it
         "@reboot",
         "@hourly",
     ],
@@ -114,3 +115,29 @@ def test_an_error_message_never_echoes_a_ping_url_or_uuid():
         parse_text(line, "a.cron", known_commands=["check"])
     assert "SECRETPINGKEY123" not in str(error.value)
     assert "--ping=<hidden>" in str(error.value)
+
+
+@pytest.mark.parametrize("char", ["\u2028", "\u2029", "\x85", "\u3000", "\xa0"])
+def test_a_unicode_space_or_line_separator_stays_inside_its_argument_like_the_shell_keeps_it(
+    char,
+):
+    """cron hands the line to /bin/sh, which splits words at spaces and tabs only;
+    `str.split()` also splits at these characters (and the quoted path, shlex, does not)."""
+    for text in (f"0 3 * * * echo_args a{char}b c\n", f"0 3 * * * echo_args a{char}b 'c'\n"):
+        job = parse_text(text, "x.cron", known_commands={"echo_args"}).jobs[0]
+        assert job.argv == ["echo_args", f"a{char}b", "c"]
+
+
+def test_a_byte_order_mark_before_a_job_line_is_named_not_left_invisible(tmp_path):
+    directory = tmp_path / "crontab.d"
+    directory.mkdir()
+    target = directory / "10-bom.cron"
+    target.write_bytes("\ufeff0 5 * * * charge_daily\n".encode())
+
+    with pytest.raises(CrontabError) as caught:
+        load_schedule(directory, get_commands(), check_args=True)
+
+    assert str(caught.value) == (
+        f"{target}:1: starts with a byte-order mark (U+FEFF): save the file as UTF-8 without BOM "
+        "(in: 0 5 * * * charge_daily)"
+    )

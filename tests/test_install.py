@@ -17,6 +17,10 @@ from .test_crontabd import CORPUS, expectation
 
 GOOD = "# Charge every active subscription.\n0 3 * * * charge_daily\n"
 MINUS = "\u2212"
+# str.splitlines() cuts a line at each of these; cron (and so install_crontab) only at "\n".
+# crontab.d refuses the C0 controls among them, so only the others can be in an argument.
+LINE_BREAKS_IN_ARGS = "\u2028\u2029\x85"
+ODD_BREAKS = LINE_BREAKS_IN_ARGS + "\x0b\x0c\x1c\x1d\x1e"
 
 # Lines python-crontab is known to rewrite or drop, and other lines a crontab really has.
 FOREIGN = (
@@ -141,13 +145,14 @@ def test_arguments_with_shell_syntax_reach_the_command_literally_and_never_run(
         "100% done, 50%% left, \\%d and a back\\slash",
         'it\'s "quoted"',
         "",
+        f"line{LINE_BREAKS_IN_ARGS}breaks",
     ]
     sqlite_project.write_cron(
         "10-echo.cron", "* * * * * --no-ping echo_args " + shlex.join(words) + "\n"
     )
     tab = tmp_path / "tab"
     assert install(sqlite_project, "--tabfile", str(tab)).returncode == 0
-    line = next(x for x in tab.read_text().splitlines() if "run_job" in x)
+    line = next(x for x in tab.read_text().split("\n") if "run_job" in x)  # cron's lines
     command = line.split(None, 5)[5]
 
     # what Debian's cron hands to /bin/sh: `\%` becomes `%`, an unescaped `%` ends the command
@@ -198,7 +203,7 @@ def test_each_line_cds_into_the_project_and_runs_the_absolute_venv_python_with_a
     log = sqlite_project.dir / "var" / "log" / "charge_daily.log"
     assert job == (
         f"0 3 * * * cd {sqlite_project.dir} && {sys.executable} {sqlite_project.dir}/manage.py "
-        f"run_job charge_daily >> {log} 2>&1"
+        f"run_job --log={log} charge_daily"
     )
     assert "# job charge_daily: Charge every active subscription." in lines
     assert log.parent.is_dir()
@@ -213,7 +218,7 @@ def test_dry_run_prints_a_unified_diff_and_changes_nothing(sqlite_project, tmp_p
 
     assert result.returncode == 0, result.stderr
     assert f"--- {tab} (installed)" in result.stdout
-    assert re.search(r"^\+0 3 \* \* \* cd .* run_job charge_daily", result.stdout, re.M)
+    assert re.search(r"^\+0 3 \* \* \* cd .* run_job --log=\S+ charge_daily$", result.stdout, re.M)
     assert result.stdout.strip().endswith(
         f"would have installed 1 jobs: +1 {MINUS}0 ~0 (dry run, nothing changed)"
     )
@@ -307,13 +312,13 @@ def test_no_secret_reaches_the_crontab_or_the_output(sqlite_project, tmp_path):
 
     assert result.returncode == 0, result.stderr
     assert PING_KEY not in tab.read_text()
-    assert "run_job charge_daily >>" in tab.read_text()
+    assert "/charge_daily.log charge_daily\n" in tab.read_text()
 
     sqlite_project.write_cron("10-billing.cron", f"0 3 * * * charge_daily --x={PING_KEY}\n")
     leaked = install(sqlite_project, "--tabfile", str(tab), "--dry-run")
     assert leaked.returncode == 2
     assert PING_KEY not in leaked.stdout + leaked.stderr
-    assert "<HEALTHCHECKS_PING_KEY>" in leaked.stderr
+    assert "<redacted HEALTHCHECKS_PING_KEY>" in leaked.stderr
 
 
 def test_a_secret_written_into_an_argument_is_refused_without_printing_it(sqlite_project, tmp_path):
@@ -425,3 +430,79 @@ def test_a_block_with_mailto_moves_below_another_projects_block_so_its_mailto_re
     theirs = "# BEGIN cronops b\n0 1 * * * true\n# END cronops b\n"
     text = splice(splice(splice("", ours, "a"), theirs, "b"), ours, "a")
     assert text == theirs + ours
+
+
+def test_an_argument_with_a_unicode_line_separator_installs_reinstalls_changes_and_is_removed(
+    sqlite_project, cron_user
+):
+    """An argument containing U+2028 installed once, then every later install or --remove
+    failed with "damaged markers" (or missed a change after the U+2028): the installer cut
+    the crontab with str.splitlines(), which also cuts there."""
+    add_echo_args(sqlite_project.dir)
+    foreign = FOREIGN + f"0 6 * * * echo 'kept{ODD_BREAKS}as is'\n".encode()
+    cron_user.set_crontab(foreign)
+    odd = LINE_BREAKS_IN_ARGS
+    # quoted and bare, one word each; the second looks like our END marker after the U+2028
+    args = [f"a{odd}b", f"see{odd}# END cronops {sqlite_project.dir} here", f"c{odd}d"]
+
+    def schedule(at: str, last: str) -> str:
+        return f"# Echo{odd}it.\n{at} echo_args '{args[0]}' '{args[1]}' {last}\n"
+
+    sqlite_project.write_cron("10-echo.cron", schedule("0 3 * * *", args[2]))
+
+    first = install(sqlite_project, "--user", cron_user.name)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == f"installed 1 jobs: +1 {MINUS}0 ~0"
+    installed = cron_user.crontab()
+    assert installed.startswith(foreign)
+    assert shlex.join(args).encode() in our_block(installed, sqlite_project)
+
+    again = install(sqlite_project, "--user", cron_user.name)
+    assert (again.returncode, again.stdout.strip()) == (0, "crontab up to date"), again.stderr
+    assert cron_user.crontab() == installed
+
+    sqlite_project.write_cron("10-echo.cron", schedule("0 3 * * *", f"c{odd}D"))  # after U+2028
+    diff = install(sqlite_project, "--user", cron_user.name, "--dry-run")
+    assert diff.returncode == 0, diff.stderr
+    assert len([x for x in diff.stdout.split("\n") if x.startswith("+0 3 * * *")]) == 1
+    changed = install(sqlite_project, "--user", cron_user.name)
+    assert changed.stdout.strip() == f"installed 1 jobs: +0 {MINUS}0 ~1", changed.stderr
+    assert without_block(cron_user.crontab(), sqlite_project) == foreign
+
+    removed = install(sqlite_project, "--user", cron_user.name, "--remove")
+    assert removed.returncode == 0, removed.stderr
+    assert removed.stdout.strip() == f"removed 1 jobs from the crontab of {cron_user.name}"
+    assert cron_user.crontab() == foreign
+
+
+def test_mailto_empty_installs_as_mailto_quoted_empty_which_debian_cron_reads_as_no_mail(
+    sqlite_project, cron_user
+):
+    """`MAILTO=` (crontab.d's "no mail") was rendered bare, and Debian's crontab refused the
+    whole text ("line 1: bad minute")."""
+    sqlite_project.write_cron("10-billing.cron", "MAILTO=\n" + GOOD)
+
+    result = install(sqlite_project, "--user", cron_user.name)
+
+    assert result.returncode == 0, result.stderr
+    lines = our_block(cron_user.crontab(), sqlite_project).decode().split("\n")
+    assert lines[1] == 'MAILTO=""'
+
+
+def test_a_line_of_the_existing_crontab_that_crontab_refuses_is_named_and_nothing_changes(
+    sqlite_project, cron_user
+):
+    """A crontab installed by something else (here: written into the spool by root) may hold
+    a line today's `crontab -n` refuses: the message names that line, exit 4."""
+    cron_user.set_crontab(b"0 5 * * * true\n")
+    spool = Path("/var/spool/cron/crontabs") / cron_user.name
+    spool.write_bytes(spool.read_bytes() + b"# a comment\n61 * * * * echo bad minute\n")
+    before = cron_user.crontab()
+    sqlite_project.write_cron("10-billing.cron", GOOD)
+
+    result = install(sqlite_project, "--user", cron_user.name)
+
+    assert result.returncode == 4, result.stderr
+    assert "the existing crontab's line 3 (bad minute)" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert cron_user.crontab() == before

@@ -59,19 +59,6 @@ def test_lock_and_log_directories_that_cannot_be_created_are_errors(sqlite_proje
     assert f"(ops.E004) OPS_LOG_DIR: {env_file}/log cannot be created" in output
 
 
-def test_an_env_file_readable_by_others_is_an_error_and_by_its_group_a_warning(sqlite_project):
-    env_file = sqlite_project.dir / ".env"
-    env_file.chmod(0o644)
-    code, output = check(sqlite_project)
-    assert code == 1
-    assert "(ops.E005)" in output and f"chmod 600 {env_file}" in output
-
-    env_file.chmod(0o640)
-    code, output = check(sqlite_project)
-    assert code == 0
-    assert "(ops.W002)" in output
-
-
 def test_scheduled_jobs_without_pings_are_a_warning(sqlite_project):
     sqlite_project.write_cron("10-billing.cron", GOOD)
 

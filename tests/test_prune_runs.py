@@ -12,6 +12,7 @@ from django.core.management.base import CommandError
 from ops.crontabd import parse_text
 from ops.models import JobRun, Outcome, SlotClaim
 from ops.retention import prune_runs
+from ops.slots import time_key
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = dt.datetime(2026, 11, 29, 4, 30, tzinfo=dt.UTC)
@@ -19,7 +20,7 @@ NOW = dt.datetime(2026, 11, 29, 4, 30, tzinfo=dt.UTC)
 
 def make_run(job, days_ago, outcome=Outcome.SUCCEEDED, claim=True):
     started = NOW - dt.timedelta(days=days_ago)
-    slot = started.strftime("%Y-%m-%d %H:%M")
+    slot = time_key(started)
     run = JobRun.objects.create(
         job=job,
         slot=slot,
@@ -39,6 +40,7 @@ def make_run(job, days_ago, outcome=Outcome.SUCCEEDED, claim=True):
             job=job,
             slot=slot,
             logical_date=started.date(),
+            scheduled_at=started,
             state=outcome,
             run=run,
             host="h",
@@ -64,20 +66,61 @@ def test_runs_older_than_90_days_are_deleted_and_newer_ones_kept():
     assert set(JobRun.objects.values_list("pk", flat=True)) == {r.pk for r in recent}
     assert out.strip() == (
         "prune_runs: deleted 3 runs started before 2026-08-31 04:30 UTC (1 jobs; each job's "
-        "latest run and latest success kept, slot claims kept)"
+        "latest run and latest success kept) and 3 slot claims of slots before it (each job's "
+        "latest succeeded claim and running claims kept)"
     )
     assert not JobRun.objects.filter(pk__in=[r.pk for r in old]).exists()
 
 
 @pytest.mark.django_db
-def test_slot_claims_survive_so_a_done_slot_stays_done():
-    run = make_run("daily", 120)
-    make_run("daily", 1)
+def test_old_slot_claims_go_but_the_latest_success_and_running_claims_stay():
+    """Issue 9, item 17: claims were never pruned (a minutely job adds ~525,000 a year)."""
+    latest_success = make_run("daily", 120)
+    make_run("daily", 200)
+    make_run("daily", 100, Outcome.FAILED)
+    stuck = make_run("daily", 95, Outcome.RUNNING)
+    recent = make_run("daily", 1, Outcome.FAILED)
+    make_run("other", 150)
+    other_latest = make_run("other", 130)
     prune("--older-than=90d")
-    claim = SlotClaim.objects.get(slot=run.slot)
-    assert claim.state == Outcome.SUCCEEDED
-    assert claim.run_id is None
-    assert SlotClaim.objects.count() == 2
+    kept = set(SlotClaim.objects.values_list("job", "slot"))
+    assert kept == {
+        ("daily", latest_success.slot),
+        ("daily", stuck.slot),
+        ("daily", recent.slot),
+        ("other", other_latest.slot),
+    }
+    done = SlotClaim.objects.get(slot=latest_success.slot)
+    assert done.state == Outcome.SUCCEEDED and done.run_id == latest_success.pk
+
+
+@pytest.mark.django_db
+def test_dry_run_counts_the_claims_too():
+    for d in (200, 150, 100, 5):
+        make_run("daily", d)
+    out = prune("--older-than=90d", "--dry-run", "-v2")
+    assert "daily: 3 runs, 3 slot claims" in out
+    assert SlotClaim.objects.count() == 4
+
+
+@pytest.mark.django_db
+def test_catch_up_after_a_prune_runs_no_pruned_day_again(settings, tmp_path):
+    from ops import runner
+
+    settings.OPS_LOCK_DIR = tmp_path / "lock"
+    settings.OPS_CRONTAB_DIR = tmp_path
+    (tmp_path / "t.cron").write_text("0 3 * * * --catch-up=5 sleep_demo --seconds=0\n")
+    for day in range(20, 26):
+        with time_machine.travel(f"2026-11-{day}T03:00:05+00:00", tick=False):
+            assert runner.run(["sleep_demo"]) == 0
+    with time_machine.travel("2026-11-26T04:30:00+00:00", tick=False):
+        call_command("prune_runs", "--older-than=1d", stdout=io.StringIO())
+    assert list(SlotClaim.objects.values_list("slot", flat=True)) == ["2026-11-25"]
+    with time_machine.travel("2026-11-27T03:00:05+00:00", tick=False):
+        assert runner.run(["sleep_demo"]) == 0
+    ran = JobRun.objects.filter(outcome=Outcome.SUCCEEDED).values_list("slot", flat=True)
+    # The missed 26th is caught up; none of the pruned days 20-24 runs again.
+    assert sorted(ran) == ["2026-11-25", "2026-11-26", "2026-11-27"]
 
 
 @pytest.mark.django_db
@@ -109,6 +152,30 @@ def test_deletion_goes_in_batches_across_jobs():
     assert result.deleted == 22
     assert result.per_job == {"a": 11, "b": 11}
     assert JobRun.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_job_prunes_only_that_jobs_runs():
+    chatty = [make_run("metrics", d) for d in (3, 2)]
+    kept = make_run("metrics", 0.5)
+    daily = make_run("daily", 3)
+    out = prune("--older-than=1d", "--job=metrics")
+    assert set(JobRun.objects.values_list("pk", flat=True)) == {kept.pk, daily.pk}
+    assert out.startswith("prune_runs: deleted 2 runs started before 2026-11-28 04:30 UTC (1 jobs")
+    assert not JobRun.objects.filter(pk__in=[r.pk for r in chatty]).exists()
+
+
+@pytest.mark.django_db
+def test_job_prunes_only_that_jobs_claims():
+    """The metrics job's two-day prune must not forget which billing days were done."""
+    make_run("metrics", 3)
+    make_run("metrics", 0.5)
+    billing = [make_run("daily", d) for d in (5, 4, 3)]
+    prune("--older-than=1d", "--job=metrics")
+    assert set(SlotClaim.objects.filter(job="daily").values_list("slot", flat=True)) == {
+        r.slot for r in billing
+    }
+    assert SlotClaim.objects.filter(job="metrics").count() == 1
 
 
 @pytest.mark.django_db

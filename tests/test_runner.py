@@ -143,6 +143,8 @@ def test_a_claim_left_by_a_killed_run_on_another_host_is_taken_over_once_its_hea
     project = pg_project
     victim = kill_a_scheduled_run_mid_command(project)
     host_b = {"OPS_HOST": "host-b", "OPS_LOCK_DIR": tmp_path / "lock-b"}
+    # The victim ran on another machine: host-b cannot look its process up, only its heartbeat.
+    project.db.execute("UPDATE ops_slotclaim SET holder_boot_id = 'boot-of-host-a'")
 
     fresh = project.run_job("t_sleep", env=host_b)
     assert fresh.returncode == 75
@@ -172,7 +174,7 @@ def test_a_timeout_ends_the_job_with_124_and_records_and_pings_a_failure(
     assert "timed out after 1s" in result.stderr
     assert [r[3:5] for r in project.db.runs()] == [("timed_out", 124)]
     paths = [req.path for req, _ in ping_server.log]
-    assert paths[-1] == f"/{PING_KEY}/t_sleep/fail"
+    assert paths[-1] == f"/{PING_KEY}/t_sleep/124"  # the exit code (tests/test_pings.py)
 
 
 def test_sigterm_ends_the_job_with_143_and_records_it_terminated(sqlite_project, ping_server):
@@ -184,7 +186,7 @@ def test_sigterm_ends_the_job_with_143_and_records_it_terminated(sqlite_project,
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 143
     assert [r[3:5] for r in project.db.runs()] == [("terminated", 143)]
-    assert [req.path for req, _ in ping_server.log][-1].endswith("/t_sleep/fail")
+    assert [req.path for req, _ in ping_server.log][-1].endswith("/t_sleep/143")
 
 
 def test_a_command_error_with_returncode_3_exits_3_and_pings_3_with_the_output_tail(
@@ -283,7 +285,8 @@ def test_a_broken_ping_server_never_changes_the_exit_code_or_delays_the_start(
     assert baseline.returncode == broken.returncode == 3
     assert start - base_start < 1.5, "the start ping delayed the job"
     assert total - base_total < budget + 1.5, "the pings took longer than their budget"
-    assert "ping failed" in broken.stderr
+    # 429 is not retried (a retry counts against the per-minute limit again) and says so.
+    assert ("rate-limited" if failure == "429" else "ping failed") in broken.stderr
     assert PING_KEY not in broken.stdout + broken.stderr
     assert [r[3:5] for r in project.db.runs()] == [("failed", 3), ("failed", 3)]
     if keep:
@@ -549,24 +552,42 @@ def test_a_nul_byte_in_the_output_is_recorded_and_the_slot_is_not_run_again(proj
 def test_a_signal_during_the_claim_records_the_run_terminated_and_never_starts_the_command(
     sqlite_project, ping_server
 ):
+    """The claim waits for the database (the test holds SQLite's write lock), and SIGTERM
+    arrives then: noted, acted on once the claim is written, before the command starts."""
+    import fcntl
+    import sqlite3
+
     project = sqlite_project
     ping_to(project, ping_server)
-    # The command's module takes 3 s to import, which happens after the claim is taken.
-    project.add_command("t_slow_import", "print('the command ran')")
-    path = project.dir / "commands/management/commands/t_slow_import.py"
-    path.write_text("import time\ntime.sleep(3)\n" + path.read_text())
-    project.write_cron("t.cron", "0 0 * * * t_slow_import\n")
-    proc = project.popen("run_job", "t_slow_import")
-    deadline = time.monotonic() + 30
-    while not project.db.query("SELECT 1 FROM ops_slotclaim") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
+    project.add_command("t_claimed", "print('the command ran')")
+    project.write_cron("t.cron", "0 0 * * * t_claimed\n")
+    blocker = sqlite3.connect(project.db.url.removeprefix("sqlite:///"), isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # run_job's claim waits on this
+    try:
+        proc = project.popen("run_job", "t_claimed")
+        lock_file = project.lock_dir / "t_claimed.lock"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the job lock taken: the guard is next, then the claim
+            if lock_file.exists():
+                with open(lock_file) as probe:
+                    try:
+                        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        fcntl.flock(probe, fcntl.LOCK_UN)
+                    except BlockingIOError:
+                        break
+            time.sleep(0.05)
+        time.sleep(1)  # into the claim, which cannot pass while the write lock is ours
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert "the command ran" not in out
     assert [r[3:5] for r in project.db.runs()] == [("terminated", 143)]
     assert project.db.query("SELECT state FROM ops_slotclaim") == [("terminated",)]
-    assert ping_server.log[-1][0].path.endswith("/t_slow_import/fail")
+    assert ping_server.log[-1][0].path.endswith("/t_claimed/143")
 
 
 def test_a_future_logical_date_is_refused(sqlite_project):
@@ -659,6 +680,27 @@ def test_a_job_that_swallows_its_timeout_is_still_recorded_timed_out(sqlite_proj
     result = sqlite_project.run_job("--timeout=1s", "t_swallow")
     assert result.returncode == 124
     assert "caught it" in result.stdout
+    assert [r[3:5] for r in sqlite_project.db.runs()] == [("timed_out", 124)]
+
+
+@pytest.mark.parametrize(
+    "alarm",
+    [
+        "old = signal.signal(signal.SIGALRM, lambda *a: None); signal.alarm(5); "
+        "signal.alarm(0); signal.signal(signal.SIGALRM, old)",
+        "signal.signal(signal.SIGALRM, signal.SIG_IGN)",
+    ],
+    ids=["a per-call signal.alarm of its own", "SIGALRM ignored"],
+)
+def test_a_job_that_uses_sigalrm_itself_still_times_out(sqlite_project, alarm):
+    """Libraries time single calls out with signal.alarm; the job's handler replaced the
+    runner's, and --timeout silently never fired (recorded succeeded after 8 s of a 2 s limit)."""
+    sqlite_project.add_command(
+        "t_alarm", f"import signal\n{alarm}\ntime.sleep(20)\nprint('ran on')"
+    )
+    result = sqlite_project.run_job("--timeout=1s", "t_alarm")
+    assert result.returncode == 124, result.stdout + result.stderr
+    assert "ran on" not in result.stdout
     assert [r[3:5] for r in sqlite_project.db.runs()] == [("timed_out", 124)]
 
 

@@ -1,27 +1,47 @@
 """F7: clock changes. DST spring and autumn in Europe/Berlin, the clock stepped back an hour and
-stepped forward an hour: no slot runs twice, none is lost (with --catch-up).
+stepped forward an hour: every slot a job is fired for runs once, none twice, none lost.
 
-The runner runs in this process under time-machine (like tests/test_runner_inprocess.py), fired
-at the instants a Debian cron daemon would fire it. The daemon is modelled after cron.c
-(3.0pl1): each minute it compares the wall clock with its own "virtual" minute; +1: run every
-job due; +2..+5: run every job for each missed minute; +6 min..+3 h (DST spring, a clock set
-forward): fixed-time jobs for each skipped minute, wildcard jobs (minute or hour field
-starting with `*`) once at the new time; -3 h..0 (DST autumn, a clock set back): wildcard
-jobs only, fixed-time jobs wait until the wall clock passes the virtual minute again.
-Expected slots are every fire time of each schedule in the window (cronsim, wall-clock keys).
-Usage: python bench/faults/f7_clock.py
+Two ways of firing the jobs:
+
+- **The real Debian cron daemon** under libfaketime (as root, with Debian's `faketime` package
+  and unshare(1)): a private `cron -f` in its own mount and pid namespace (tmpfs over /run, the
+  spool and /etc/cron.d, an empty /etc/crontab over the host's, so it never meets the host's
+  crontabs nor the host's its), its clock started just before the DST night and sped up
+  (`x20` by default: a cron minute in 3 s). The crontab carries LD_PRELOAD, FAKETIME,
+  FAKETIME_DONT_RESET, FAKETIME_SHARED and TZ as variable lines, so each job run shares the
+  daemon's fake clock. Each cron line logs its fire time, then runs `manage.py run_job`.
+- **A model of the daemon** (cron.c, 3.0pl1), driving the runner in this process under
+  time-machine: each minute it compares the wall clock with its "virtual" minute; +1: run every
+  job due; +2..+5: every job for each missed minute; +6 min..+3 h (DST spring, a clock set
+  forward): fixed-time jobs for each skipped minute, wildcard jobs (minute or hour field starting
+  with `*`) once at the new time; -3 h..0 (DST autumn, a clock set back): wildcard jobs only,
+  fixed-time jobs wait until the wall clock passes the virtual minute again. The clock steps
+  use only the model; the DST nights use both when the real daemon can run.
+
+Expected slots are every fire instant of each schedule in the window (cronsim), keyed as the
+runner keys them (ops/slots.py): a wildcard job's two 02:30s of the autumn night are two slots,
+a fixed-time job has one; a clock stepped back meets slots it already had.
+A run serves the slot current at its own start, so under the real daemon a job must start within
+the fake minute: at x20 that is 3 s of real time; the output shows the start lags (fake seconds).
+On a slow machine use --speed 10.
+Usage: python bench/faults/f7_clock.py [--speed 20] [--model-only]
 """
 
+import argparse
 import datetime as dt
 import os
+import shutil
+import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import _path  # noqa: F401
 from _common import STAMP, deployed_copy, goal
 
 TZ = ZoneInfo("Europe/Berlin")
+UTC = dt.UTC
 CRON = """\
 * * * * *      --quiet --no-ping --catch-up=70 --name=minutely bench_stamp
 */15 * * * *   --quiet --no-ping --catch-up=8 --name=quarter bench_stamp
@@ -33,6 +53,7 @@ JOBS = {}
 for line in CRON.splitlines():
     fields = line.split()
     JOBS[fields[8].removeprefix("--name=")] = " ".join(fields[:5])
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
 def matches(expr: str, wall: dt.datetime) -> bool:
@@ -54,7 +75,7 @@ def wildcard(expr: str) -> bool:
 
 
 def cron_fires(clock: list[dt.datetime]) -> list[tuple[dt.datetime, str]]:
-    """(instant the daemon starts the job, job) for a list of per-minute clock readings."""
+    """(instant the modelled daemon starts the job, job) for per-minute clock readings."""
     fires = []
     wall = [c.astimezone(TZ).replace(tzinfo=None) for c in clock]
     virtual = wall[0] - dt.timedelta(minutes=1)
@@ -88,15 +109,19 @@ def cron_fires(clock: list[dt.datetime]) -> list[tuple[dt.datetime, str]]:
 
 
 def expected_slots(first: dt.datetime, last: dt.datetime) -> dict[str, set[str]]:
+    """Every fire instant of each job in [first, last], keyed as the runner keys slots."""
     from cronsim import CronSim
+
+    from ops.slots import make_slot
 
     out = {}
     for job, expr in JOBS.items():
         keys = set()
-        for fire in CronSim(expr, first.astimezone(TZ) - dt.timedelta(minutes=1)):
-            if fire > last.astimezone(TZ):
+        start = (first.astimezone(UTC) - dt.timedelta(minutes=1)).astimezone(TZ)
+        for fire in CronSim(expr, start):
+            if fire.astimezone(UTC) > last:
                 break
-            keys.add(fire.strftime("%Y-%m-%d %H:%M"))
+            keys.add(make_slot(expr, fire).key)
         out[job] = keys
     return out
 
@@ -109,26 +134,58 @@ def minutes(start: dt.datetime, count: int, step_at: int | None = None, step: in
     ]
 
 
-def main() -> int:
-    root = deployed_copy(CRON, commands={"bench_stamp": STAMP})
-    os.chdir(root)
-    sys.path.insert(0, str(root))
-    os.environ.update(TIME_ZONE="Europe/Berlin", DJANGO_SETTINGS_MODULE="config.settings")
-    os.environ.pop("BENCH_STAMP", None)
-    import django
+def report(name, fires_per_job, first, last, label):
+    """Compare the history with the expected slots; print one goal line."""
+    from ops.models import JobRun
 
-    django.setup()
+    in_window = JobRun.objects.filter(scheduled_at__gte=first, scheduled_at__lte=last)
+    expected = expected_slots(first, last)
+    ran = Counter(in_window.filter(outcome="succeeded").values_list("job", "slot").iterator())
+    skips = Counter(
+        in_window.filter(outcome="skipped", note__startswith="already done").values_list(
+            "job", flat=True
+        )
+    )
+    others = Counter(in_window.exclude(outcome__in=["succeeded", "skipped"]).values_list("outcome"))
+    twice = {k: n for k, n in ran.items() if n > 1}
+    lost = {(j, s) for j, keys in expected.items() for s in keys if (j, s) not in ran}
+    extra = {k for k in ran if k[1] not in expected.get(k[0], set())}
+    fired = sum(fires_per_job.values())
+    lags = sorted(in_window.filter(outcome="succeeded").values_list("lag", flat=True))
+    print(
+        f"{name} [{label}]: cron fired {fired} runs, {sum(ran.values())} executions for "
+        f"{sum(map(len, expected.values()))} expected slots, {sum(skips.values())} "
+        f"'already done' skips, other outcomes {dict(others) or 'none'}; start lag "
+        f"median {lags[len(lags) // 2]:.1f} s, max {lags[-1]:.1f} s (catch-up runs included)"
+    )
+    for job, expr in JOBS.items():
+        done = sum(n for (j, _), n in ran.items() if j == job)
+        print(
+            f"    {job:9} {expr:13} fired {fires_per_job.get(job, 0):3}, executed {done:3}, "
+            f"expected {len(expected[job]):3}, already done {skips.get(job, 0):3}"
+        )
+    if twice or lost or extra:
+        print(f"    twice {sorted(twice)[:5]} lost {sorted(lost)[:5]} extra {sorted(extra)[:5]}")
+    return goal(
+        "F7",
+        f"{name} [{label}]: {fired} fires, {sum(ran.values())} executions for "
+        f"{sum(map(len, expected.values()))} slots; run twice {len(twice)}, lost {len(lost)}, "
+        f"unexpected {len(extra)}",
+        not twice and not lost and not extra and not others,
+    )
+
+
+def model_scenarios() -> None:
     import time_machine
 
     from ops import runner
     from ops.models import JobRun, SlotClaim
 
-    utc = dt.UTC
     start = {
-        "spring": dt.datetime(2026, 3, 28, 23, 0, tzinfo=utc),
-        "autumn": dt.datetime(2026, 10, 24, 22, 0, tzinfo=utc),
-        "back": dt.datetime(2026, 6, 9, 22, 0, tzinfo=utc),
-        "forward": dt.datetime(2026, 6, 10, 22, 0, tzinfo=utc),
+        "spring": dt.datetime(2026, 3, 28, 23, 0, tzinfo=UTC),
+        "autumn": dt.datetime(2026, 10, 24, 22, 0, tzinfo=UTC),
+        "back": dt.datetime(2026, 6, 9, 22, 0, tzinfo=UTC),
+        "forward": dt.datetime(2026, 6, 10, 22, 0, tzinfo=UTC),
     }
     scenarios = {
         # 00:00-04:00 local; 02:00 CET jumps to 03:00 CEST
@@ -148,34 +205,135 @@ def main() -> int:
         for at, job in fires:
             with time_machine.travel(at, tick=False):
                 codes[runner.run([job])] += 1
-        expected = expected_slots(clock[0], max(clock))
-        ran = Counter(
-            JobRun.objects.filter(outcome="succeeded").values_list("job", "slot").iterator()
+        if set(codes) != {0}:
+            print(f"    exit codes {dict(codes)}")
+        report(name, Counter(j for _, j in fires), clock[0], max(clock), "model, in-process")
+
+
+NAMESPACES = ["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private"]
+INNER = r"""
+set -eu
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t tmpfs -o "mode=1730,gid=$CRONTAB_GID" tmpfs /var/spool/cron/crontabs
+mount -t tmpfs tmpfs /etc/cron.d
+mount --bind "$ROOT/empty" /etc/crontab
+export TZ=Europe/Berlin
+faketime -f "@$START x$SPEED" /usr/sbin/cron -f &
+for _ in $(seq 100); do cron=$(pgrep -x cron || true); [ -n "$cron" ] && break; sleep 0.05; done
+shared=$(tr '\0' '\n' < "/proc/$cron/environ" | grep '^FAKETIME_SHARED=')
+{
+  echo "LD_PRELOAD=$LIBFAKETIME"
+  echo "FAKETIME=@$START x$SPEED"
+  echo "FAKETIME_DONT_RESET=1"
+  echo "$shared"
+  echo "TZ=Europe/Berlin"
+  cat "$ROOT/jobs.cron"
+} > /var/spool/cron/crontabs/root
+chmod 600 /var/spool/cron/crontabs/root
+touch /var/spool/cron/crontabs
+sleep "$SECONDS_TO_RUN"
+kill "$cron"
+# Let the runs cron started finish: leaving this pid namespace would kill them.
+for _ in $(seq 600); do pgrep -f 'manage.py run_job' > /dev/null || break; sleep 0.1; done
+"""
+
+
+def real_cron_available() -> str:
+    """'' when the real daemon can be driven here; else why not."""
+    if os.geteuid() != 0:
+        return "needs root (a private cron daemon in a mount namespace)"
+    for tool in ("faketime", "unshare", "pgrep"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed (apt install faketime util-linux procps)"
+    if not LIBFAKETIME.exists() or not Path("/usr/sbin/cron").exists():
+        return "Debian's cron and libfaketime (apt install cron faketime) are needed"
+    return ""
+
+
+def real_cron_night(root: Path, name: str, start: str, first, last, speed: int) -> None:
+    """Run the private daemon from `start` (local time) until `last` + 1 min, then report."""
+    import grp
+
+    from ops.models import JobRun, SlotClaim
+
+    JobRun.objects.all().delete()
+    SlotClaim.objects.all().delete()
+    fires_log = root / "fires.log"
+    fires_log.unlink(missing_ok=True)
+    (root / "empty").write_text("")
+    lines = []
+    for job, expr in JOBS.items():
+        # `%` is a newline in a crontab command: escaped. The fire time is the daemon's clock.
+        lines.append(
+            f'{expr} cd {root} && echo "$(date +\\%s) {job}" >> {fires_log}; '
+            f"{sys.executable} manage.py run_job {job} >> {root}/run.log 2>&1"
         )
-        twice = {k: n for k, n in ran.items() if n > 1}
-        lost = {(j, s) for j, keys in expected.items() for s in keys if (j, s) not in ran}
-        extra = {k for k in ran if k[1] not in expected.get(k[0], set())}
-        skipped = JobRun.objects.filter(outcome="skipped").count()
-        print(
-            f"{name}: cron fired {len(fires)} runs (exit codes {dict(codes)}), "
-            f"{sum(ran.values())} executions for {sum(map(len, expected.values()))} expected "
-            f"slots, {skipped} 'already done' skips"
-        )
-        for job in JOBS:
-            fired = sum(1 for _, j in fires if j == job)
-            done = sum(n for (j, _), n in ran.items() if j == job)
-            print(
-                f"    {job:9} fired {fired:3}, executed {done:3}, expected {len(expected[job]):3}"
-            )
-        if twice or lost or extra:
-            print(
-                f"    twice {sorted(twice)[:5]} lost {sorted(lost)[:5]} extra {sorted(extra)[:5]}"
-            )
-        goal(
-            "F7",
-            f"{name}: slots run twice {len(twice)}, lost {len(lost)}, unexpected {len(extra)}",
-            not twice and not lost and not extra and set(codes) == {0},
-        )
+    (root / "jobs.cron").write_text("\n".join(lines) + "\n")
+    begin = dt.datetime.fromisoformat(start).replace(tzinfo=TZ).astimezone(UTC)
+    fake_seconds = (last - begin).total_seconds() + 60
+    env = dict(
+        os.environ,
+        ROOT=str(root),
+        START=start,
+        SPEED=str(speed),
+        LIBFAKETIME=str(LIBFAKETIME),
+        CRONTAB_GID=str(grp.getgrnam("crontab").gr_gid),
+        SECONDS_TO_RUN=f"{fake_seconds / speed:.1f}",
+    )
+    print(f"{name}: real cron under libfaketime x{speed}, {fake_seconds / speed:.0f} s", flush=True)
+    subprocess.run(
+        [*NAMESPACES, "bash", "-c", INNER],
+        env=env,
+        check=True,
+        timeout=fake_seconds / speed + 180,
+    )
+    fires = Counter()
+    for line in fires_log.read_text().splitlines():
+        stamp, job = line.split()
+        at = dt.datetime.fromtimestamp(int(stamp) // 60 * 60, UTC)
+        if first <= at <= last:
+            fires[job] += 1
+    report(name, fires, first, last, f"real Debian cron, libfaketime x{speed}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--speed", type=int, default=20, help="libfaketime speed-up")
+    parser.add_argument("--model-only", action="store_true")
+    args = parser.parse_args()
+    root = deployed_copy(
+        CRON, commands={"bench_stamp": STAMP}, env_lines="TIME_ZONE=Europe/Berlin\n"
+    )
+    os.chdir(root)
+    sys.path.insert(0, str(root))
+    os.environ.update(TIME_ZONE="Europe/Berlin", DJANGO_SETTINGS_MODULE="config.settings")
+    os.environ.pop("BENCH_STAMP", None)
+    import django
+
+    django.setup()
+    model_scenarios()
+    why_not = "--model-only" if args.model_only else real_cron_available()
+    if why_not:
+        print(f"F7: the real cron daemon was not driven: {why_not}")
+        return 0
+    nights = [
+        # 01:50 CEST to 03:10 CET: the repeated hour, both 02:30s, the 03:00 job
+        (
+            "DST autumn night (Berlin, 2026-10-25 01:50 CEST-03:10 CET)",
+            "2026-10-25 01:46:00",
+            dt.datetime(2026, 10, 24, 23, 50, tzinfo=UTC),
+            dt.datetime(2026, 10, 25, 2, 10, tzinfo=UTC),
+        ),
+        # 01:50 CET to 03:10 CEST: 02:00 CET jumps to 03:00 CEST
+        (
+            "DST spring night (Berlin, 2026-03-29 01:50 CET-03:10 CEST)",
+            "2026-03-29 01:46:00",
+            dt.datetime(2026, 3, 29, 0, 50, tzinfo=UTC),
+            dt.datetime(2026, 3, 29, 1, 10, tzinfo=UTC),
+        ),
+    ]
+    for name, start, first, last in nights:
+        real_cron_night(root, name, start, first, last, args.speed)
     return 0
 
 

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from ops.crontab import EXIT_WOULD_CHANGE, InstallError, install_crontab
+from ops import conf
+from ops.crontab import EXIT_CRONTABD, EXIT_WOULD_CHANGE, InstallError, install_crontab
 
 
 class Command(BaseCommand):
@@ -27,6 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         try:
+            conf.validate()
             result = install_crontab(
                 user=options["user"],
                 tabfile=options["tabfile"],
@@ -37,6 +39,8 @@ class Command(BaseCommand):
             )
         except InstallError as exc:
             raise CommandError(str(exc), returncode=exc.returncode) from None
+        except conf.SettingError as exc:
+            raise CommandError(str(exc), returncode=EXIT_CRONTABD) from None
         for line in result.lines[:-1]:
             self.stdout.write(line, ending="\n")
         last = result.lines[-1]

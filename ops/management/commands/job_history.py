@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from ops.models import JobRun
+from ops.output import settle
 
 
 class Command(BaseCommand):
@@ -13,6 +14,14 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=20)
 
     def handle(self, *args, job=None, limit=20, **options):
+        try:
+            self._print(job, limit)
+        except BrokenPipeError:
+            # `job_history | head`: the reader has what it wanted. Drop what is still buffered
+            # (the flush at exit would fail again, with a traceback) and end quietly.
+            settle()
+
+    def _print(self, job, limit):
         runs = JobRun.objects.all()
         if job:
             runs = runs.filter(job=job)

@@ -8,8 +8,8 @@ from ops.retention import prune_runs
 
 class Command(BaseCommand):
     help = (
-        "Delete run history older than DURATION (each job's latest run and latest success are "
-        "kept; slot claims are kept)."
+        "Delete run history and slot claims older than DURATION (each job's latest run, latest "
+        "success and latest succeeded claim are kept, and running claims)."
     )
     requires_system_checks = []  # it checks what it needs; a broken .env mode must not block it
 
@@ -18,29 +18,34 @@ class Command(BaseCommand):
             "--older-than",
             required=True,
             metavar="DURATION",
-            help="age of the runs to delete: 90d, 12h, 30m, 45s",
+            help="age of the runs and slot claims to delete: 90d, 12h, 30m, 45s",
+        )
+        parser.add_argument(
+            "--job", metavar="NAME", help="only this job's runs (a shorter retention for it)"
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="count what would be deleted, delete nothing"
         )
 
-    def handle(self, *args, older_than, dry_run=False, verbosity=1, **options):
+    def handle(self, *args, older_than, dry_run=False, job=None, verbosity=1, **options):
         try:
             seconds = parse_duration(older_than)
         except ValueError as exc:
             raise CommandError(f"--older-than: {exc}", returncode=2) from None
         try:
-            result = prune_runs(now=timezone.now(), older_than=seconds, dry_run=dry_run)
+            result = prune_runs(now=timezone.now(), older_than=seconds, dry_run=dry_run, job=job)
         except DatabaseError as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise CommandError(f"cannot prune the run history: {first}", returncode=1) from None
         cutoff = timezone.localtime(result.cutoff).strftime("%Y-%m-%d %H:%M %Z")
         if verbosity > 1:
-            for job, count in result.per_job.items():
-                self.stdout.write(f"{job}: {count:,}")
+            for job in sorted(set(result.per_job) | set(result.claims_per_job)):
+                runs, claims = result.per_job.get(job, 0), result.claims_per_job.get(job, 0)
+                self.stdout.write(f"{job}: {runs:,} runs, {claims:,} slot claims")
         verb = "would delete" if dry_run else "deleted"
         self.stdout.write(
             f"prune_runs: {verb} {result.deleted:,} runs started before {cutoff} "
-            f"({len(result.per_job)} jobs; each job's latest run and latest success kept, "
-            "slot claims kept)"
+            f"({len(result.per_job)} jobs; each job's latest run and latest success kept) "
+            f"and {result.claims_deleted:,} slot claims of slots before it (each job's latest "
+            "succeeded claim and running claims kept)"
         )

@@ -1,15 +1,18 @@
 import argparse
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, handle_default_options
 
 from ops import runner
-from ops.options import RUNNER_FIELDS, add_runner_options
+from ops.options import RUNNER_FIELDS, add_runner_options, split_common_options
 
 
 class Command(BaseCommand):
     help = (
         "Run a management command as a cron job: per-job lock, slot claim, healthchecks "
-        "pings and run history. Usage: run_job [runner options] <command> [its args]"
+        "pings and run history. Usage: run_job [runner options] <command> [its args]. "
+        "Django's common options (--settings, --pythonpath, -v, --traceback, --no-color, "
+        "--force-color, --skip-checks) go before the command name and never reach the job; "
+        "from the command name on, every word is the job's."
     )
     requires_system_checks = []  # a cron run must not pay for (or fail on) the system checks
 
@@ -20,17 +23,34 @@ class Command(BaseCommand):
 
     def run_from_argv(self, argv):
         # argv: manage.py run_job ...; the runner parses its own options (one parser for cron
-        # lines and the command line), Django's only handles --help.
-        if any(a in ("-h", "--help") for a in argv[2:3]):
-            return super().run_from_argv(argv)
-        raise SystemExit(runner.run(argv[2:], stdout=self.stdout._out, stderr=self.stderr._out))
+        # lines and the command line). Django's common options before the command name are
+        # taken out here: ManagementUtility has already applied --settings and --pythonpath.
+        common_parser = BaseCommand().create_parser(argv[0], argv[1])
+        common = {
+            option: action.nargs != 0
+            for action in common_parser._actions
+            for option in action.option_strings
+        }
+        run_argv, taken = split_common_options(argv[2:], common)
+        if {"-h", "--help", "--version"} & {word.split("=", 1)[0] for word in taken}:
+            return super().run_from_argv(argv)  # Django prints the help (or version)
+        stderr = self.stderr._out
+        if taken:
+            try:
+                handle_default_options(common_parser.parse_args(taken))
+            except CommandError as exc:
+                runner.say(f"error: {str(exc).removeprefix('Error: ')}", stderr)
+                raise SystemExit(runner.EXIT_USAGE) from None
+        raise SystemExit(runner.run(run_argv, stdout=self.stdout._out, stderr=stderr))
 
     def handle(self, *args, **options):
         # Reached through call_command() only; the shell goes through run_from_argv above.
         argv = []
         for name in RUNNER_FIELDS:
             value, flag = options[name], f"--{name.replace('_', '-')}"
-            if value is True:
+            if name == "standby" and value is False:
+                argv.append("--no-standby")
+            elif value is True:
                 argv.append(flag)
             elif value not in (None, False, 0):
                 argv.append(f"{flag}={value}")

@@ -1,0 +1,153 @@
+"""A job's command, seen through its own argument parser: whether it takes --logical-date, and
+whether the arguments it is given already carry one.
+
+The runner owns the logical date: it passes each slot's date to a command that takes
+--logical-date, and records the claim for that slot. A date among the command's own arguments
+would be charged while the claim says another slot is done, so it is refused. Each command's
+parser is built once per process and shared by the runner and the crontab.d checks.
+"""
+
+import argparse
+import contextlib
+import functools
+import io
+
+LOGICAL_DATE = "--logical-date"
+_NOT_GIVEN = object()
+
+
+class ArgsRefused(ValueError):
+    """The command's arguments cannot be run through run_job (usage error, exit 2)."""
+
+
+class ParserRefused(ArgsRefused):
+    """The command's own parser refuses its arguments (`why`: the parser's message)."""
+
+    def __init__(self, command: str, why: str):
+        self.why = why
+        super().__init__(
+            f"{command}'s arguments are refused by its own parser: {why} "
+            f"(`manage.py {command} --help` lists them)"
+        )
+
+
+class LogicalDateGiven(ArgsRefused):
+    """The command's own arguments carry a --logical-date (`value`: as given, "" if none)."""
+
+    WHY = "the runner owns the logical date (it passes each slot's date and claims that slot)"
+
+    def __init__(self, command: str, value: str):
+        self.value = value
+        super().__init__(
+            f"{command}'s own arguments carry {LOGICAL_DATE} {value or '(no value)'}: {self.WHY}"
+        )
+
+
+@functools.cache
+def command_parser(command: str) -> argparse.ArgumentParser:
+    """The management command's own parser (imports the command; ImportError etc. propagate)."""
+    from django.core.management import get_commands, load_command_class
+
+    app = get_commands()[command]
+    cmd = app if not isinstance(app, str) else load_command_class(app, command)
+    return cmd.create_parser("manage.py", command)
+
+
+def logical_date_action(parser: argparse.ArgumentParser) -> argparse.Action | None:
+    return next((a for a in parser._actions if LOGICAL_DATE in a.option_strings), None)
+
+
+def accepts_logical_date(command: str) -> bool:
+    return logical_date_action(command_parser(command)) is not None
+
+
+def parse_quietly(parser: argparse.ArgumentParser, args: list[str], namespace=None, known=True):
+    """parse_known_args (`known=False`: parse_args) without printing: (namespace, None), or
+    (None, why it stopped) when the parser refuses the arguments or would exit (--help,
+    --version) instead of running."""
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            if not known:
+                return parser.parse_args(args, namespace), None
+            return parser.parse_known_args(args, namespace)[0], None
+    except SystemExit:
+        return None, "exit"
+    except Exception as exc:  # CommandError, or a type= converter's own error
+        return None, str(exc).removeprefix("Error: ") or type(exc).__name__
+
+
+def check_args(command: str, args: list[str]) -> None:
+    """ArgsRefused when `args` carry a --logical-date (in any spelling the command's parser
+    accepts), ask the command for its --help or --version (it would end without running, and
+    its slot would count as done), or are refused by the command's own parser (as
+    `manage.py <command> <args>` refuses them: a usage error, not a failed run)."""
+    try:
+        parser = command_parser(command)
+    except Exception:
+        parser = None  # the command cannot load: the run records that; look at the words only
+    if any(word.startswith("-") for word in args):
+        _check_options(command, args, parser)
+    if parser is not None:
+        action = logical_date_action(parser)
+        full = list(args)
+        if action is not None and action.required:  # the runner passes the slot's date
+            full.append(f"{action.option_strings[0]}=1970-01-01")
+        parsed, stopped = parse_quietly(parser, full, known=False)
+        if parsed is None:
+            raise ParserRefused(command, _cut("it exited" if stopped == "exit" else stopped))
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def _check_options(command: str, args: list[str], parser) -> None:
+    action = logical_date_action(parser) if parser is not None else None
+    if parser is not None:
+        namespace = argparse.Namespace(**({action.dest: _NOT_GIVEN} if action else {}))
+        parsed, stopped = parse_quietly(parser, args, namespace)
+        if stopped == "exit":
+            raise ArgsRefused(
+                f"{command}'s arguments ({' '.join(args)}) end it before it runs (--help, "
+                "--version), yet its slot would count as done: run "
+                f"`manage.py {command} {' '.join(args)}` directly"
+            )
+        if parsed is not None and action is not None:
+            value = getattr(parsed, action.dest)
+            if value is not _NOT_GIVEN:
+                raise LogicalDateGiven(command, "" if value is None else str(value))
+            return
+    # The parser could not tell (it refuses the arguments, or the command has no such option
+    # and may read its words its own way): any word spelled --logical-date counts, even after --.
+    for i, word in enumerate(args):
+        if word == LOGICAL_DATE or word.startswith(LOGICAL_DATE + "="):
+            value = word.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")
+            raise LogicalDateGiven(command, value)
+
+
+def history_command(name: str, command: str) -> str | None:
+    """The other command that made job `name`'s history (its runs, or the runs its slot claims
+    point to), or None when every recorded run of `name` ran `command`.
+
+    An ad hoc `--name` has no declaration to tie it to its command: its history does. A slot
+    that another command made "done" must never read as done for this one (a lost run).
+    """
+    from django.db.models import Q
+
+    from .models import JobRun, SlotClaim
+
+    # A run's `command` is its command line ("sleep_demo --seconds=0"): the first word counts.
+    def same(field: str) -> Q:
+        return (
+            Q(**{field: command}) | Q(**{f"{field}__startswith": command + " "}) | Q(**{field: ""})
+        )
+
+    runs = JobRun.objects.filter(job=name).exclude(same("command"))
+    other = runs.values_list("command", flat=True).first()
+    if other is None:
+        claimed = SlotClaim.objects.filter(job=name, run__isnull=False).exclude(
+            same("run__command")
+        )
+        other = claimed.values_list("run__command", flat=True).first()
+    return other.split(" ", 1)[0] if other is not None else None

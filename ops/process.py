@@ -1,0 +1,92 @@
+"""Who holds a claim, in terms the kernel can check: is that process provably gone?
+
+A claim records its holder as this kernel's boot id, the pid namespace, the pid and the
+process's start time (clock ticks after boot, field 22 of /proc/<pid>/stat). Another run can
+check such a holder only when it shares the boot id and the pid namespace (the same machine and
+container, since the same boot): then the holder is gone when its pid no longer exists or now
+belongs to a process started at another time (pid reuse). A holder anywhere else (another
+machine, another container, this machine before a reboot) cannot be checked here; only its
+stale heartbeat frees its claim.
+
+OPS_HOST is never part of this: it is a display name, and two servers may share it.
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Identity:
+    boot_id: str  # "" where the kernel does not say (not Linux): such a holder is never checked
+    pid_ns: int | None
+    pid: int
+    started: int | None  # clock ticks after boot; None when /proc does not say
+
+    def describe(self) -> str:
+        boot = self.boot_id[:8] or "?"
+        return f"pid {self.pid} (boot {boot}, pid namespace {self.pid_ns}, start {self.started})"
+
+
+def _boot_id() -> str:
+    try:
+        return (PROC / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pid_ns() -> int | None:
+    try:
+        return os.stat(PROC / "self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (after the command name, which may hold spaces and ')')."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return None
+    try:
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def identify(pid: int | None = None) -> Identity:
+    """The identity of process `pid` (default: this process) as seen from this process."""
+    pid = os.getpid() if pid is None else pid
+    return Identity(boot_id=_boot_id(), pid_ns=_pid_ns(), pid=pid, started=start_time(pid))
+
+
+def same_machine(holder: Identity, me: Identity) -> bool:
+    """Whether `me` can see `holder`'s process table: the same boot and pid namespace."""
+    return bool(holder.boot_id) and (holder.boot_id, holder.pid_ns) == (me.boot_id, me.pid_ns)
+
+
+def is_gone(holder: Identity, me: Identity) -> bool:
+    """True only when `holder` provably no longer runs: on this machine (same boot, same pid
+    namespace), its pid is free or belongs to a process started at another time."""
+    if not same_machine(holder, me) or holder.pid <= 0:
+        return False
+    if not _pid_exists(holder.pid):
+        return True
+    started = start_time(holder.pid)
+    if started is None:
+        # Unreadable (/proc mounted with hidepid) or it ended just now: a live holder must
+        # never be judged dead, so only a pid that is free by now counts.
+        return not _pid_exists(holder.pid)
+    return holder.started is not None and started != holder.started
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

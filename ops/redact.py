@@ -1,0 +1,138 @@
+"""Secrets cronops knows, and their removal from what leaves the run (ping bodies, history).
+
+The values: SECRET_KEY, HEALTHCHECKS_PING_KEY, HEALTHCHECKS_API_KEY, DATABASE_URL and its
+password, and every setting (else environment variable) named in OPS_REDACT. A value shorter
+than MIN_LENGTH is skipped: replacing every "admin" or "1234" in a job's output would make it
+unreadable and protects nothing. Each value is also matched as a program would print it:
+repr()- and JSON-escaped, and URL-quoted (a password inside a URL).
+
+Only copies are redacted: the job's own output to cron's log stays the job's.
+"""
+
+import json
+import os
+import re
+import urllib.parse
+from collections.abc import Iterable
+
+from . import conf
+
+MIN_LENGTH = 8
+
+
+def known_secrets(settings) -> dict[str, str]:
+    """{name: value} of the secrets to keep out of ping bodies and the stored tail."""
+    secrets = {
+        "SECRET_KEY": getattr(settings, "SECRET_KEY", ""),
+        "HEALTHCHECKS_PING_KEY": conf.ping_key(settings),
+        "HEALTHCHECKS_API_KEY": conf.api_key(settings),
+        "DATABASE_URL": os.environ.get("DATABASE_URL", ""),
+    }
+    for alias, database in getattr(settings, "DATABASES", {}).items():
+        name = "the database password" if alias == "default" else f"the {alias} database password"
+        secrets[name] = (database or {}).get("PASSWORD") or ""
+    for name in conf.redact_names(settings):
+        value = getattr(settings, name, None)
+        if value is None:
+            value = os.environ.get(name, "")
+        for i, item in enumerate(_strings(value)):
+            secrets[name if i == 0 else f"{name}[{i}]"] = item
+    return {k: v for k, v in secrets.items() if isinstance(v, str) and len(v) >= MIN_LENGTH}
+
+
+def _strings(value, depth: int = 0) -> list[str]:
+    """The strings inside a setting's value: a string, or lists / dicts of them, nested (a
+    DATABASES-like setting holds its passwords two levels down)."""
+    if isinstance(value, str):
+        return [value]
+    if depth >= 5:
+        return []
+    if isinstance(value, dict):
+        value = value.values()
+    if isinstance(value, Iterable) and not isinstance(value, bytes):
+        return [s for v in value for s in _strings(v, depth + 1)]
+    return []
+
+
+def unknown_names(settings) -> list[str]:
+    """The names in OPS_REDACT that are neither a setting nor an environment variable (a typo
+    would silently protect nothing)."""
+    return [
+        name
+        for name in conf.redact_names(settings)
+        if getattr(settings, name, None) is None and name not in os.environ
+    ]
+
+
+def _forms(value: str) -> set[bytes]:
+    forms = {
+        value,
+        repr(value)[1:-1],
+        json.dumps(value)[1:-1],
+        urllib.parse.quote(value, safe=""),
+        urllib.parse.quote(value),
+    }
+    return {f.encode() for f in forms if len(f) >= MIN_LENGTH}
+
+
+def _pattern(form: bytes) -> bytes:
+    """A secret with spaces in it (a passphrase) matched also when the program that printed it
+    wrapped its lines there (textwrap, a log formatter): any run of white space stands for one."""
+    words = form.split(b" ")
+    return rb"\s+".join(re.escape(w) for w in words) if len(words) > 1 else re.escape(form)
+
+
+class Redactor:
+    """Replaces secret values in bytes by `<redacted NAME>`."""
+
+    def __init__(self, secrets: dict[str, str]):
+        self.names: dict[bytes, bytes] = {}
+        for name, value in secrets.items():
+            for form in _forms(value):
+                self.names.setdefault(form, f"<redacted {name}>".encode())
+        # Longest first: the whole DATABASE_URL goes before the password inside it.
+        forms = sorted(self.names, key=len, reverse=True)
+        self._pattern = re.compile(b"|".join(_pattern(f) for f in forms)) if forms else None
+        # A wrapped secret is longer by its line breaks and indentation: room for those too.
+        self.longest = 2 * len(forms[0]) if forms else 0
+
+    @classmethod
+    def from_settings(cls, settings=None) -> "Redactor":
+        if settings is None:
+            from django.conf import settings
+        return cls(known_secrets(settings))
+
+    def _name(self, found: bytes) -> bytes:
+        if found in self.names:
+            return self.names[found]
+        for form, name in self.names.items():  # a wrapped one: rare, so a plain search
+            if re.fullmatch(_pattern(form), found):
+                return name
+        return b"<redacted>"
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def bytes(self, data: bytes, drop: int = 0) -> bytes:
+        """`data` redacted, without its first `drop` bytes.
+
+        `drop` is where a window cut out of a longer stream really starts: the window begins
+        `drop` (>= the longest secret) bytes earlier, so a secret straddling the real start is
+        seen whole here and replaced, never kept in part."""
+        if self._pattern is None:
+            return data[drop:]
+        out = []
+        pos = 0
+        for match in self._pattern.finditer(data):
+            start, end = match.span()
+            if start > pos and start > drop:
+                out.append(data[max(pos, drop) : start])
+            if end > drop:
+                out.append(self._name(match.group()))
+            pos = end
+        if len(data) > max(pos, drop):
+            out.append(data[max(pos, drop) :])
+        return b"".join(out)
+
+    def text(self, text: str) -> str:
+        return self.bytes(text.encode()).decode("utf-8", "replace") if self else text

@@ -1,0 +1,99 @@
+"""Claims written before issue 9 keep working after `migrate` (SQLite and PostgreSQL).
+
+Old slot keys were wall-clock text ("2026-10-25 02:30"); migration 0002 gives them their UTC
+offset in TIME_ZONE ("2026-10-25 02:30+02:00", the first occurrence for a repeated time) and the
+claim its `scheduled_at`. A once-a-day job's old key for a date counts as that date done.
+"""
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+from ops.slots import current_slot, time_key
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def stamp(db, value: dt.datetime) -> str:
+    utc = value.astimezone(dt.UTC)
+    return utc.strftime("%Y-%m-%d %H:%M:%S") + ("" if db.backend == "sqlite" else "+00")
+
+
+def insert_legacy(db, job: str, key: str, state: str, started: dt.datetime) -> None:
+    """A run and its claim as cronops wrote them before migration 0002."""
+    logical = key[:10]
+    db.execute(
+        "INSERT INTO ops_jobrun (job, slot, logical_date, outcome, note, started_at, host, pid, "
+        "rid, command, output_tail) VALUES (?, ?, ?, ?, '', ?, 'old-host', 1, '', ?, '')",
+        (job, key, logical, state, stamp(db, started), job),
+    )
+    [(run_id,)] = db.query("SELECT max(id) FROM ops_jobrun")
+    db.execute(
+        "INSERT INTO ops_slotclaim (job, slot, logical_date, state, host, pid, started_at, "
+        "heartbeat_at, run_id) VALUES (?, ?, ?, ?, 'old-host', 1, ?, ?, ?)",
+        (job, key, logical, state, stamp(db, started), stamp(db, started), run_id),
+    )
+
+
+def test_old_slot_keys_get_their_offset_and_old_successes_stay_done(project):
+    project.write_env(TIME_ZONE="Europe/Berlin")
+    project.add_command("t_ok", "print('ran')")
+    project.write_cron("t.cron", "0 0 * * * --name=daily t_ok\n0 0,12 * * * --name=twice t_ok\n")
+    back = project.manage("migrate", "ops", "0001", "-v0")
+    assert back.returncode == 0, back.stderr
+    db = project.db
+    now = dt.datetime.now(dt.UTC)
+    daily = current_slot("0 0 * * *", now, BERLIN)
+    twice = current_slot("0 0,12 * * *", now, BERLIN)
+    legacy_today = f"{daily.logical_date} 00:00"  # the old key of today's daily slot
+    insert_legacy(db, "daily", legacy_today, "succeeded", now)
+    insert_legacy(db, "twice", twice.key[:16], "succeeded", now)
+    insert_legacy(db, "autumn", "2026-10-25 02:30", "succeeded", now)  # the repeated hour
+    insert_legacy(db, "winter", "2026-12-24 03:00", "failed", now)
+    insert_legacy(db, "by-hand", "2026-01-06", "succeeded", now)  # an unscheduled date slot
+
+    forward = project.manage("migrate", "-v0")
+    assert forward.returncode == 0, forward.stderr
+    claims = db.query(
+        "SELECT job, slot, version, holder_boot_id FROM ops_slotclaim ORDER BY job, slot"
+    )
+    assert claims == sorted(
+        [
+            ("daily", time_key(daily.at), 1, ""),
+            ("twice", twice.key, 1, ""),
+            ("autumn", "2026-10-25 02:30+02:00", 1, ""),
+            ("winter", "2026-12-24 03:00+01:00", 1, ""),
+            ("by-hand", "2026-01-06", 1, ""),
+        ]
+    )
+    runs = db.query("SELECT job, slot FROM ops_jobrun ORDER BY job")
+    assert runs == sorted((job, slot) for job, slot, _, _ in claims)
+    instants = dict(db.query("SELECT job, scheduled_at FROM ops_slotclaim"))
+    assert instants["by-hand"] is None
+    assert _utc(instants["autumn"]) == dt.datetime(2026, 10, 25, 0, 30, tzinfo=dt.UTC)
+    assert _utc(instants["winter"]) == dt.datetime(2026, 12, 24, 2, 0, tzinfo=dt.UTC)
+
+    # Today's slots were done under their old keys: neither job runs again.
+    for job in ("daily", "twice"):
+        again = project.run_job(job)
+        assert again.returncode == 0, again.stderr
+        assert "already done for" in again.stdout and "ran" not in again.stdout
+
+    # And back: offsets stripped; of two claims that then share a key, the success stays.
+    db.execute(
+        "INSERT INTO ops_slotclaim (job, slot, logical_date, state, host, pid, started_at, "
+        "heartbeat_at, version, holder_boot_id) VALUES ('autumn', '2026-10-25 02:30+01:00', "
+        "'2026-10-25', 'failed', 'h', 1, ?, ?, 1, '')",
+        (stamp(db, now), stamp(db, now)),
+    )
+    back = project.manage("migrate", "ops", "0001", "-v0")
+    assert back.returncode == 0, back.stderr
+    assert db.query("SELECT slot, state FROM ops_slotclaim WHERE job = 'autumn'") == [
+        ("2026-10-25 02:30", "succeeded")
+    ]
+    assert db.query("SELECT slot FROM ops_slotclaim WHERE job = 'daily'") == [(legacy_today,)]
+
+
+def _utc(value) -> dt.datetime:
+    if isinstance(value, str):  # SQLite: Django's text in UTC
+        return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)

@@ -1,0 +1,329 @@
+"""Issue 9's invariant as a property: hypothesis drives the real runner in-process, against the
+test database (SQLite, and PostgreSQL in `make test`), with random sequences of scheduled runs
+at random clock times around Berlin's repeated autumn hour, by-hand runs with random option
+spellings and positions, --force, --name, schedule edits, catch-up values, failing commands and
+runs killed between claim and record. After every step:
+
+- every succeeded claim was executed by a command that received its logical date, under that
+  claim (its slot and fencing version);
+- no slot (for a once-a-day schedule: no logical date) was executed again after it completed,
+  unless a --force run, or a run killed mid-command, came in between;
+- no claim stays `running` without a live holder, except one whose holder was killed (provably
+  gone), and no run ever waits behind such a claim;
+- a scheduled run leaves the slot cron fired for done (the most recent fire time at or before
+  the clock, found by iterating the schedule forwards).
+
+CRONOPS_PROPERTY_EXAMPLES enlarges the run (bench/faults/f8_property.py: `make faults
+BENCH_ARGS=--only=F8`); CRONOPS_PROPERTY_STATS names a file that receives the counts explored.
+"""
+
+import datetime as dt
+import io
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+import time_machine
+from cronsim import CronSim
+from django.core.management import get_commands
+from django.core.management.base import BaseCommand, CommandError
+from hypothesis import HealthCheck
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from ops import claims, process, runner
+from ops.models import JobRun, Outcome, SlotClaim
+from ops.slots import is_date_key, make_slot
+
+UTC = dt.UTC
+TZ = ZoneInfo("Europe/Berlin")
+COMMAND = "record_dates"  # the job's command; declared under its own name
+EXAMPLES = int(os.environ.get("CRONOPS_PROPERTY_EXAMPLES") or 60)
+STEPS = int(os.environ.get("CRONOPS_PROPERTY_STEPS") or 25)
+# Berlin, 2026: Oct 24 00:00 CEST to Oct 27 00:00 CET; the repeated hour 02:00-02:59 of Oct 25
+# is 00:00-01:59 UTC.
+WINDOW = dt.datetime(2026, 10, 23, 22, 0, tzinfo=UTC)
+WINDOW_MINUTES = 3 * 24 * 60 + 60
+REPEATED = (
+    dt.datetime(2026, 10, 24, 23, 30, tzinfo=UTC),
+    dt.datetime(2026, 10, 25, 2, 30, tzinfo=UTC),
+)
+SCHEDULES = [
+    "30 2 * * *",  # fixed time inside the repeated hour
+    "0 2 * * *",
+    "0 3 * * *",
+    "0 * * * *",  # hourly: fires again in the repeated hour
+    "30 * * * *",
+    "*/30 * * * *",
+    "15 */2 * * *",
+]
+DAYS = [dt.date(2026, 10, d) for d in (22, 23, 24, 25, 26, 27)]  # 27: often in the future
+
+
+class Crash(BaseException):
+    """The process dies inside the command: nothing after it runs (no record, no release)."""
+
+
+@dataclass
+class Execution:
+    key: str | None  # the claim the command ran under (current_claim())
+    version: int | None
+    run_id: int | None
+    received: str | None  # the --logical-date the command received
+    forced: bool
+    completed: bool = False
+    crashed: bool = False
+
+
+@dataclass
+class World:
+    """What the job's command saw, and what the next run of it is told to do."""
+
+    executions: list[Execution] = field(default_factory=list)
+    forced: bool = False
+    fail: bool = False
+    crash_at: int | None = None  # crash in the n-th execution of this call (0-based)
+    in_call: int = 0
+    stats: dict = field(default_factory=dict)
+
+
+WORLD = World()
+
+
+class RecordDates(BaseCommand):
+    help = "Records every logical date it receives (the property test's job)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--logical-date")
+
+    def handle(self, *args, logical_date=None, **options):
+        held = claims.current_claim()
+        entry = Execution(
+            key=held.slot if held else None,
+            version=held.version if held else None,
+            run_id=held.run_id if held else None,
+            received=logical_date,
+            forced=WORLD.forced,
+        )
+        WORLD.executions.append(entry)
+        n, WORLD.in_call = WORLD.in_call, WORLD.in_call + 1
+        if WORLD.crash_at == n:
+            entry.crashed = True
+            raise Crash
+        if WORLD.fail:
+            raise CommandError("the job failed")
+        entry.completed = True
+
+
+def dead_holder() -> process.Identity:
+    """A process of this machine that has exited: its holder identity is provably gone."""
+    child = subprocess.Popen(["sleep", "60"])
+    identity = process.identify(child.pid)
+    child.kill()
+    child.wait()
+    return identity
+
+
+def oracle_slot(expr: str, now: dt.datetime) -> str:
+    """The slot cron fired last at or before `now`, iterating the schedule forwards."""
+    last = None
+    for fire in CronSim(expr, (now - dt.timedelta(days=3)).astimezone(TZ)):
+        if fire.astimezone(UTC) > now:
+            break
+        last = fire
+    return make_slot(expr, last).key
+
+
+instants = st.one_of(
+    st.integers(0, WINDOW_MINUTES * 60 - 1).map(lambda s: WINDOW + dt.timedelta(seconds=s)),
+    # around the repeated hour, and a few seconds after a fire time
+    st.integers(0, 3 * 3600 - 1).map(lambda s: REPEATED[0] + dt.timedelta(seconds=s)),
+    st.tuples(st.integers(0, 6 * 24 * 2), st.integers(0, 90)).map(
+        lambda t: WINDOW + dt.timedelta(minutes=15 * t[0], seconds=t[1])
+    ),
+)
+# Killed in the first or second execution of a call (a catch-up runs several), or not at all.
+CRASHES = st.sampled_from([None] * 6 + [0, 1])
+DATE_SPELLINGS = [
+    ("--logical-date={}",),
+    ("--logical-date", "{}"),
+    ("--logical", "{}"),  # argparse's abbreviation: run_job refuses it, the command accepts it
+    ("--logical-d={}",),
+]
+
+
+def make_machine(cron_dir, dead: process.Identity):
+    class Machine(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            SlotClaim.objects.all().delete()
+            JobRun.objects.all().delete()
+            WORLD.executions.clear()
+            WORLD.stats["examples"] += 1
+            self.expr, self.catch_up = SCHEDULES[0], 0
+            self.write_cron()
+            self.crashed_runs: set[int] = set()
+            self.last = None  # (argv, now, exit code, output, kind) of the last run
+
+        def write_cron(self):
+            extra = f" --catch-up={self.catch_up}" if self.catch_up else ""
+            (cron_dir / "job.cron").write_text(f"{self.expr}{extra} {COMMAND}\n")
+
+        def run(self, argv, now, *, forced=False, fail=False, crash_at=None):
+            WORLD.forced, WORLD.fail, WORLD.crash_at, WORLD.in_call = forced, fail, crash_at, 0
+            before = len(WORLD.executions)
+            out = io.StringIO()
+            crashed = False
+            with time_machine.travel(now, tick=False):
+                try:
+                    code = runner.run(list(argv), stdout=out, stderr=out)
+                except Crash:
+                    crashed, code = True, None
+            WORLD.stats["runs"] += 1
+            WORLD.stats["steps"] += 1
+            outcome = "crash" if crashed else f"exit {code}"
+            WORLD.stats["outcomes"][outcome] = WORLD.stats["outcomes"].get(outcome, 0) + 1
+            mine = WORLD.executions[before:]
+            WORLD.stats["executions"] += len(mine)
+            if crashed:
+                # The process is gone: its claim stays `running` under a holder that has
+                # provably exited (a pid of this machine that no longer runs).
+                run_id = mine[-1].run_id
+                self.crashed_runs.add(run_id)
+                SlotClaim.objects.filter(run_id=run_id, state=Outcome.RUNNING).update(
+                    pid=dead.pid,
+                    holder_boot_id=dead.boot_id,
+                    holder_pid_ns=dead.pid_ns,
+                    holder_started=dead.started,
+                )
+            text = out.getvalue()
+            assert "running since" not in text, (argv, now, text)  # a dead holder blocked it
+            if code == runner.EXIT_USAGE:
+                assert not mine, (argv, text)
+            else:
+                assert code in (0, 1, None), (argv, now, code, text)
+            return code, mine, text
+
+        @rule(now=instants, fail=st.sampled_from([False] * 4 + [True]), crash=CRASHES)
+        def scheduled_run(self, now, fail, crash):
+            code, _, text = self.run([COMMAND], now, fail=fail, crash_at=crash)
+            if code == 0:
+                key = oracle_slot(self.expr, now)
+                row = SlotClaim.objects.filter(job=COMMAND, slot=key).first()
+                day = SlotClaim.objects.filter(
+                    job=COMMAND, logical_date=key[:10], state=Outcome.SUCCEEDED
+                )
+                done = (row is not None and row.state == Outcome.SUCCEEDED) or (
+                    is_date_key(key) and day.exists()
+                )
+                assert done, f"cron fired {key} at {now.astimezone(TZ)}; the run said: {text}"
+
+        @rule(
+            now=instants,
+            day=st.sampled_from(DAYS),
+            spelling=st.sampled_from(DATE_SPELLINGS),
+            after=st.booleans(),
+            force=st.booleans(),
+            name=st.sampled_from([None, COMMAND, "another_name"]),
+            catch_up=st.sampled_from([None, 0, 2]),
+            crash=CRASHES,
+        )
+        def by_hand(self, now, day, spelling, after, force, name, catch_up, crash):
+            option = [w.format(day.isoformat()) for w in spelling]
+            before = ["--force"] if force else []
+            if name is not None:
+                before.append(f"--name={name}")
+            if catch_up is not None:
+                before.append(f"--catch-up={catch_up}")
+            argv = [*before, COMMAND, *option] if after else [*before, *option, COMMAND]
+            self.run(argv, now, forced=force, crash_at=crash)
+
+        @rule(now=instants, catch_up=st.sampled_from([None, 1, 3]), crash=CRASHES)
+        def forced_run(self, now, catch_up, crash):
+            argv = ["--force", *([f"--catch-up={catch_up}"] if catch_up else []), COMMAND]
+            self.run(argv, now, forced=True, crash_at=crash)
+
+        @rule(expr=st.sampled_from(SCHEDULES), catch_up=st.integers(0, 4))
+        def edit_schedule(self, expr, catch_up):
+            self.expr, self.catch_up = expr, catch_up
+            self.write_cron()
+            WORLD.stats["steps"] += 1
+
+        @invariant()
+        def every_success_was_executed_under_its_claim(self):
+            done = {
+                (c.slot, c.version): c.logical_date.isoformat()
+                for c in SlotClaim.objects.filter(state=Outcome.SUCCEEDED)
+            }
+            ran = {(e.key, e.version): e.received for e in WORLD.executions if e.completed}
+            for (key, version), day in done.items():
+                assert ran.get((key, version)) == day, (key, version, day, WORLD.executions)
+
+        @invariant()
+        def every_execution_received_its_claims_date(self):
+            dates = dict(SlotClaim.objects.values_list("slot", "logical_date"))
+            for e in WORLD.executions:
+                assert e.key is not None, e  # a declared job never runs without a claim
+                assert dates[e.key].isoformat() == e.received, (e, dates[e.key])
+
+        @invariant()
+        def no_slot_executed_again_without_force_or_a_crash_in_between(self):
+            done = set()  # slots whose last execution completed
+            for e in WORLD.executions:
+                assert e.forced or e.key not in done, (e, WORLD.executions)
+                if e.completed:
+                    done.add(e.key)
+                elif e.crashed or e.forced:
+                    done.discard(e.key)  # killed, or a forced re-run failed: may run again
+
+        @invariant()
+        def no_claim_stays_running_without_a_live_holder(self):
+            me = process.identify()
+            for row in SlotClaim.objects.filter(state=Outcome.RUNNING):
+                assert row.run_id in self.crashed_runs, (row.slot, row.run_id)
+                assert process.is_gone(claims.holder_of(row), me), row.slot
+
+    return Machine
+
+
+def explore(settings, tmp_path) -> dict:
+    """Run the state machine; the counts explored."""
+    settings.TIME_ZONE = "Europe/Berlin"
+    settings.OPS_LOCK_DIR = tmp_path / "lock"
+    settings.OPS_CRONTAB_DIR = tmp_path / "crontab.d"
+    settings.OPS_CRONTAB_DIR.mkdir()
+    commands = get_commands()
+    commands[COMMAND] = RecordDates()
+    WORLD.stats = {"examples": 0, "steps": 0, "runs": 0, "executions": 0, "outcomes": {}}
+    try:
+        machine = make_machine(settings.OPS_CRONTAB_DIR, dead_holder())
+        run_state_machine_as_test(
+            machine,
+            settings=hsettings(
+                max_examples=EXAMPLES,
+                stateful_step_count=STEPS,
+                deadline=None,
+                # CI: the same examples every run. F8 explores new ones each time.
+                derandomize=not os.environ.get("CRONOPS_PROPERTY_RANDOM"),
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    finally:
+        del commands[COMMAND]
+    stats = dict(WORLD.stats)
+    if os.environ.get("CRONOPS_PROPERTY_STATS"):
+        with open(os.environ["CRONOPS_PROPERTY_STATS"], "w") as f:
+            json.dump(stats, f)
+    return stats
+
+
+def test_no_slot_runs_twice_and_every_success_was_served_whatever_the_sequence(
+    db, settings, tmp_path
+):
+    stats = explore(settings, tmp_path)
+    print(stats)
+    assert stats["examples"] >= EXAMPLES and stats["runs"] > EXAMPLES

@@ -1,0 +1,337 @@
+"""Where a run's output goes, and a run that survives whatever the job does to it: real
+processes against a deployed copy, like tests/test_runner.py.
+
+- `--log` (what every installed cron line uses): run_job opens the job's log itself, creating
+  its directory, so a deleted OPS_LOG_DIR cannot stop a run before it starts;
+- a job that closes or fills its own descriptors: the outcome is still recorded, the claim
+  released, the final ping sent, and the exit code is the job's.
+"""
+
+import os
+import shlex
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from .conftest import PING_KEY, add_echo_args, base_env
+from .test_install import cron_percent, install
+
+GOOD = "0 3 * * * --no-ping echo_args hello log\n"
+
+
+def installed_command(project, tmp_path, cron: str) -> str:
+    """Install `cron` into a tab file and return the command part of its one job line."""
+    project.write_cron("10-job.cron", cron)
+    tab = tmp_path / "tab"
+    result = install(project, "--tabfile", str(tab))
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in tab.read_text().split("\n") if "run_job" in x)
+    return line.split(None, 5)[5]
+
+
+def as_cron_runs_it(command: str, home) -> subprocess.CompletedProcess:
+    """The command the way Debian's cron runs it: /bin/sh -c, a bare environment, cwd $HOME."""
+    return subprocess.run(
+        [
+            "env",
+            "-i",
+            "PATH=/usr/bin:/bin",
+            f"HOME={home}",
+            "SHELL=/bin/sh",
+            "LOGNAME=root",
+            "/bin/sh",
+            "-c",
+            cron_percent(command),
+        ],
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_installed_line_recreates_a_deleted_log_directory_and_the_run_is_recorded(
+    sqlite_project, tmp_path
+):
+    """With `>> var/log/x.log` the shell failed before run_job started: no history row, no
+    ping, no error anywhere. Now run_job opens the log itself."""
+    project = sqlite_project
+    add_echo_args(project.dir)
+    command = installed_command(project, tmp_path, GOOD)
+    assert ">>" not in command and "--log=" in command
+    var = project.dir / "var"
+    assert (var / "log").is_dir()  # install_crontab made it ...
+    subprocess.run(["rm", "-rf", str(var)], check=True)  # ... and a cleanup deleted it
+
+    result = as_cron_runs_it(command, tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == ("", "")  # nothing for cron to mail
+    assert [r[3:5] for r in project.db.runs("echo_args")] == [("succeeded", 0)]
+    log_dir = var / "log"
+    assert stat.S_IMODE(log_dir.stat().st_mode) == 0o750
+    log = log_dir / "echo_args.log"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o640
+    assert 'ARGS ["hello", "log"]' in log.read_text()
+
+    again = as_cron_runs_it(command, tmp_path)  # appends, and the runner's lines go there too
+    assert again.returncode == 0, again.stderr
+    text = log.read_text()
+    assert text.count('ARGS ["hello", "log"]') == 1
+    assert text.count("cronops: job echo_args: already done for ") == 1
+
+
+def test_a_log_that_cannot_be_opened_still_runs_the_job_records_why_and_fails_the_ping(
+    project, tmp_path, ping_server
+):
+    """A symlink planted where the log goes (O_NOFOLLOW refuses it): the job runs, its output
+    goes to cron's own stdout (its mail), and the history note and the ping say why."""
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    add_echo_args(project.dir)
+    command = installed_command(project, tmp_path, GOOD.replace("--no-ping ", ""))
+    target = tmp_path / "not-the-log"
+    target.write_text("untouched\n")
+    log = project.dir / "var" / "log" / "echo_args.log"
+    log.symlink_to(target)
+
+    result = as_cron_runs_it(command, tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert 'ARGS ["hello", "log"]' in result.stdout  # to cron's mail instead
+    assert result.stderr == (
+        f"cronops: error: cannot open the log {log}: it is a symbolic link; output went to "
+        "cron's mail\n"
+    )
+    assert target.read_text() == "untouched\n"
+    [(outcome, code, note)] = [r[3:6] for r in project.db.runs("echo_args")]
+    assert (outcome, code) == ("succeeded", 0)
+    assert f"cannot open the log {log}: it is a symbolic link" in note
+    final = ping_server.log[-1][0]
+    assert final.path == f"/{PING_KEY}/echo_args/fail"
+    assert final.get_data().startswith(b"cronops: cannot open the log ")
+
+
+def test_a_fifo_planted_as_the_log_does_not_hang_the_run(project, tmp_path):
+    """Opened for writing, a FIFO without a reader blocked run_job before the lock: no history,
+    no ping, and a new hung process every minute."""
+    add_echo_args(project.dir)
+    command = installed_command(project, tmp_path, GOOD)
+    log = project.dir / "var" / "log" / "echo_args.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(log)
+
+    result = as_cron_runs_it(command, tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert f"cannot open the log {log}: it is not a regular file" in result.stderr
+    assert [r[3:5] for r in project.db.runs("echo_args")] == [("succeeded", 0)]
+
+
+@pytest.mark.parametrize("closed", ["<&- >&-", ">&- 2>&-", "<&- >&- 2>&-"])
+def test_a_run_started_with_stdout_closed_records_the_jobs_own_outcome(sqlite_project, closed):
+    """Python sets sys.stdout to None when fd 1 is closed at start: the job's
+    self.stdout.write failed after its work was done, recorded failed, and so ran again."""
+    project = sqlite_project
+    project.add_command("t_says", "self.stdout.write('charged'); self.stderr.write('note')")
+    project.write_cron("t.cron", "0 0 * * * --no-ping t_says\n")
+    command = " ".join(shlex.quote(w) for w in project.command("run_job", "t_says"))
+    result = subprocess.run(
+        f"{command} {closed}", shell=True, cwd=project.dir, env=base_env(), timeout=120
+    )
+    assert result.returncode == 0
+    assert [r[3:5] for r in project.db.runs("t_says")] == [("succeeded", 0)]
+
+
+def test_a_usage_error_on_an_installed_line_lands_in_its_log(sqlite_project, tmp_path):
+    project = sqlite_project
+    log = project.dir / "var" / "log" / "x.log"
+
+    result = project.run_job(f"--log={log}", "--timeout=soon", "check")
+
+    assert result.returncode == 2
+    assert (result.stdout, result.stderr) == ("", "")
+    assert log.read_text().startswith("cronops: error: ")
+    assert project.db.runs() == []
+
+
+# --- a job that closes or fills its own descriptors ------------------------------------------
+
+CLOSERS = {
+    "closes fds 1 and 2, then prints": ("os.close(1); os.close(2); print('x')", 0),
+    "closes fds 1 and 2, then fails": (
+        "os.close(1); os.close(2); print('x'); raise CommandError('broken', returncode=3)",
+        3,
+    ),
+    "closes sys.stderr, then raises": ("sys.stderr.close(); raise ValueError('boom')", 1),
+    "closes sys.stdout, then fails": (
+        "sys.stdout.close(); raise CommandError('broken', returncode=4)",
+        4,
+    ),
+    "closes both streams, then returns": ("sys.stdout.close(); sys.stderr.close()", 0),
+    "leaves fds 1 and 2 on /dev/full with unflushed output": (
+        "full = os.open('/dev/full', os.O_WRONLY); os.dup2(full, 1); os.dup2(full, 2); "
+        "sys.stdout.write('pending'); sys.stderr.write('pending')",
+        0,
+    ),
+}
+
+
+def run_with_output(project, where: str, *args) -> tuple[int, str]:
+    """run_job ARGS with stdout and stderr on `where`: a pipe we read, /dev/full, or a pipe
+    whose reader is gone (EPIPE). Returns (exit code, what was read)."""
+    command, env = project.command("run_job", *args), base_env()
+    if where == "a pipe":
+        result = subprocess.run(
+            command, cwd=project.dir, env=env, capture_output=True, text=True, timeout=120
+        )
+        return result.returncode, result.stdout + result.stderr
+    if where == "/dev/full":
+        with open("/dev/full", "wb") as full:
+            result = subprocess.run(
+                command, cwd=project.dir, env=env, stdout=full, stderr=full, timeout=120
+            )
+        return result.returncode, ""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            command, cwd=project.dir, env=env, stdout=write_end, stderr=write_end, timeout=120
+        )
+    finally:
+        os.close(write_end)
+    return result.returncode, ""
+
+
+def expect_recorded(project, ping_server, job: str, code: int, where: str) -> None:
+    outcome = "succeeded" if code == 0 else "failed"
+    assert [r[3:5] for r in project.db.runs(job)] == [(outcome, code)]
+    assert project.db.query("SELECT state FROM ops_slotclaim WHERE job = ?", (job,)) == [(outcome,)]
+    paths = [req.path for req, _ in ping_server.log]
+    assert paths[0] == f"/{PING_KEY}/{job}/start"
+    final = f"/{PING_KEY}/{job}" + (f"/{code}" if code else "")
+    if where == "a pipe":
+        assert paths[1:] == [final]
+    else:  # output that could not be written makes it /fail (README, "Outcomes")
+        assert len(paths) == 2 and paths[1] in (final, f"/{PING_KEY}/{job}/fail")
+
+
+@pytest.mark.parametrize("body", list(CLOSERS), ids=list(CLOSERS))
+def test_a_job_that_closes_or_fills_its_descriptors_is_recorded_released_and_pinged(
+    project, ping_server, body
+):
+    """These crashed the runner (traceback, exit 1, the row left `running`, no final ping)
+    or turned the exit code into 120 at interpreter exit."""
+    code_text, code = CLOSERS[body]
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    project.add_command("t_close", code_text)
+    project.write_cron("t.cron", "0 0 * * * t_close\n")
+
+    exit_code, output = run_with_output(project, "a pipe", "t_close")
+
+    assert exit_code == code, output
+    assert "Traceback" not in output or "ValueError: boom" in output
+    expect_recorded(project, ping_server, "t_close", code, "a pipe")
+
+
+@pytest.mark.parametrize("where", ["/dev/full", "a pipe whose reader is gone"])
+@pytest.mark.parametrize("body", list(CLOSERS), ids=list(CLOSERS))
+def test_the_same_jobs_with_the_runners_own_output_full_or_gone(
+    sqlite_project, ping_server, body, where
+):
+    code_text, code = CLOSERS[body]
+    project = sqlite_project
+    project.write_env(
+        HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
+    )
+    project.add_command("t_close", code_text)
+    project.write_cron("t.cron", "0 0 * * * t_close\n")
+
+    exit_code, _ = run_with_output(project, where, "t_close")
+
+    assert exit_code == code
+    expect_recorded(project, ping_server, "t_close", code, where)
+
+
+def test_after_a_job_closed_both_streams_the_runner_still_says_why_it_ended(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_close", "sys.stdout.close(); sys.stderr.close(); time.sleep(30)")
+
+    result = project.run_job("--timeout=1s", "t_close")
+
+    assert result.returncode == 124
+    assert result.stderr == "cronops: job t_close: timed out after 1s\n"
+    assert [r[3:5] for r in project.db.runs("t_close")] == [("timed_out", 124)]
+
+
+def test_a_ping_retried_while_the_job_has_closed_its_descriptors_never_takes_their_place(
+    sqlite_project, httpserver
+):
+    """A job that closed fds 1 and 2 leaves their numbers free: the start ping's retry opened
+    its socket as fd 1, so what the job wrote there went into the ping's connection, and the
+    socket was later closed under the runner's restored stdout (seen as exit 120 under load).
+    Our threads now take free standard numbers with /dev/null before opening a socket."""
+    from werkzeug import Response
+
+    starts = []
+
+    def answer(request):
+        if request.path.endswith("/start"):
+            starts.append(request.path)
+            if len(starts) == 1:
+                return Response("busy", status=503)  # retried after 1 s, fds closed by then
+            time.sleep(2)  # the retry's connection stays open while the job looks at fd 1
+        return Response("OK", headers={"Ping-Body-Limit": "100000"})
+
+    httpserver.expect_request("").respond_with_handler(answer)
+    project = sqlite_project
+    project.write_env(HEALTHCHECKS_PING_URL=httpserver.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY)
+    seen = project.dir / "fd1.txt"
+    project.add_command(
+        "t_close",
+        f"""
+        os.close(1); os.close(2)
+        time.sleep(2)  # the start ping is retried meanwhile
+        with open({str(seen)!r}, "w") as f:
+            f.write(os.readlink("/proc/self/fd/1") if os.path.exists("/proc/self/fd/1") else "")
+        """,
+    )
+    project.write_cron("t.cron", "0 0 * * * t_close\n")
+
+    result = project.run_job("--timeout=30s", "t_close")
+
+    assert len(starts) == 2  # the retry happened while fds 1 and 2 were closed
+    assert not seen.read_text().startswith("socket:"), seen.read_text()
+    assert result.returncode == 0, result.stderr
+    assert [r[3:5] for r in project.db.runs("t_close")] == [("succeeded", 0)]
+    finals = [req.path for req, _ in httpserver.log if not req.path.endswith("/start")]
+    assert finals == [f"/{PING_KEY}/t_close"]
+
+
+def test_a_socket_opened_just_after_the_job_closed_fd_1_is_moved_above_the_standard_fds():
+    """The race behind a start ping sent twice in CI: the job closed fds 1 and 2 after our
+    thread had checked them, so socket() returned fd 1. It must not stay there, and fd 1 must be
+    closed again as the job left it."""
+    code = """
+import os, socket, sys
+import ops.output as output
+output.hold_standard_fds = lambda: None  # the job closes fds 1 and 2 right after this check
+report = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT)
+os.close(1); os.close(2)
+sock = output.socket_above_standard_fds(socket.AF_INET, socket.SOCK_STREAM, 0)
+closed = [fd for fd in (1, 2) if not os.path.exists(f"/proc/self/fd/{fd}")]
+os.write(report, f"{sock.fileno()} {closed}".encode())
+"""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "report")
+        subprocess.run([sys.executable, "-c", code, report], check=True, timeout=60)
+        fileno, closed = open(report).read().split(" ", 1)
+    assert int(fileno) > 2
+    assert closed == "[1, 2]"
