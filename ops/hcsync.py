@@ -8,34 +8,45 @@ The plan is computed from crontab.d and the checks the API lists, then applied w
   can only fail);
 - `grace` = the job's grace as job_status computes it (its --timeout, else OPS_DEFAULT_GRACE,
   at least 60 s, at most the API's one year);
-- `desc` = the comment above the job; `tags` = the check's other tags plus the project tag
-  (OPS_HC_TAG, default `cronops-<project directory name>`);
-- `channels` = HEALTHCHECKS_CHANNELS (default `*`, all) when the check is created; an existing
-  check's channels are never touched.
+- `desc` = the comment above the job, then the marker line `cronops job: <slug>`; `tags` =
+  the check's other tags plus the project tag (OPS_HC_TAG, default
+  `cronops-<project directory name>`); `methods` = `POST` (cronops pings with POST, so a link
+  preview or a crawler fetching a ping URL is not a success);
+- `name` = the job name and `channels` = HEALTHCHECKS_CHANNELS (default `*`, all) when the
+  check is created; an existing check's name and channels are never touched (a rename in the
+  web UI stays).
 
-Checks carrying the project tag whose job is gone are reported, and deleted with `prune`.
+A check is "this project's" when it carries the project tag and its desc's marker names its own
+slug: sync created it, or adopted it by slug. The web UI's "Create a Copy" keeps tags and desc
+but gives the copy another slug (`<slug>-copy`), so a copy is never this project's. Only this
+project's checks whose job is gone are reported stale, and deleted with `prune`.
+
+Two checks sharing a job's slug are reported (the API's upsert would update the first, pings
+get 409); nothing is changed for that slug.
 """
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from . import conf
 from .crontabd import Job, Schedule
 from .durations import format_duration
 from .hcapi import HealthchecksAPI, check_uuid
 from .status import grace_seconds
+from .tznames import current_name, same_zone
 
 MAX_SECONDS = 31_536_000  # the API's limit for timeout and grace
 REBOOT_TIMEOUT = MAX_SECONDS
-COMPARED = ("name", "tags", "desc", "grace", "schedule", "tz", "timeout")
+COMPARED = ("tags", "desc", "grace", "schedule", "tz", "timeout", "methods")
+MARKER = "cronops job: "
 
 
 def project_tag(settings) -> str:
     """The tag naming this project's checks: OPS_HC_TAG, else from the project directory."""
-    explicit = getattr(settings, "OPS_HC_TAG", "")
+    explicit = conf.hc_tag(settings)
     if explicit:
         return explicit
-    name = re.sub(r"[^a-z0-9_-]+", "-", Path(settings.BASE_DIR).name.lower()).strip("-")
+    name = re.sub(r"[^a-z0-9_-]+", "-", conf.base_dir(settings).name.lower()).strip("-")
     return f"cronops-{name or 'project'}"
 
 
@@ -45,17 +56,50 @@ def validate_tag(tag: str) -> str | None:
     return None
 
 
+def with_marker(description: str, slug: str) -> str:
+    return (description + "\n\n" if description else "") + MARKER + slug
+
+
+def marked_slug(desc: str | None) -> str | None:
+    """The slug named by the marker line at the end of a check's desc, if any."""
+    last = (desc or "").rstrip().rsplit("\n", 1)[-1].strip()
+    return last.removeprefix(MARKER).strip() if last.startswith(MARKER) else None
+
+
+def is_ours(check: dict, tag: str) -> bool:
+    """Created or adopted by this project: the tag, and a marker naming the check's own slug."""
+    return tag in (check.get("tags") or "").split() and marked_slug(check.get("desc")) == check.get(
+        "slug"
+    )
+
+
+def tz_for_server(tz: str) -> str:
+    """TIME_ZONE as the server stores it (its current name when TIME_ZONE is a legacy one)."""
+    return current_name(tz) or tz
+
+
+def legacy_tz_warning(tz: str) -> str | None:
+    current = current_name(tz)
+    if current is None:
+        return None
+    return (
+        f"warning: TIME_ZONE {tz!r} is a legacy name of {current!r}; healthchecks.io stores "
+        f"{current!r} (set TIME_ZONE={current} in .env)"
+    )
+
+
 def desired_spec(job: Job, *, tz: str, tag: str) -> dict:
     spec = {
         "name": job.name,
         "slug": job.name,
         "tags": tag,
-        "desc": job.description,
+        "desc": with_marker(job.description, job.name),
         "grace": int(min(MAX_SECONDS, grace_seconds(job))),
+        "methods": "POST",
     }
     if job.cron_expr:
         spec["schedule"] = job.cron_expr
-        spec["tz"] = tz
+        spec["tz"] = tz_for_server(tz)
     else:
         spec["timeout"] = REBOOT_TIMEOUT
     return spec
@@ -63,7 +107,7 @@ def desired_spec(job: Job, *, tz: str, tag: str) -> dict:
 
 @dataclass
 class Change:
-    action: str  # create, update, unchanged, delete, stale
+    action: str  # create, update, unchanged, delete, stale, duplicate, kept
     slug: str
     spec: dict = field(default_factory=dict)
     diff: list[str] = field(default_factory=list)
@@ -96,6 +140,8 @@ def diff_check(spec: dict, check: dict) -> list[str]:
         if key not in spec:
             continue
         old, new = check.get(key), spec[key]
+        if key == "tz" and same_zone(old, new):
+            continue  # `US/Eastern` here, `America/New_York` on the server: the same zone
         if old != new:
             changes.append(f"{key} {_show(key, old)} → {_show(key, new)}")
     return changes
@@ -103,8 +149,7 @@ def diff_check(spec: dict, check: dict) -> list[str]:
 
 def plan(
     schedule: Schedule,
-    tagged: list[dict],
-    others: list[dict] | None,
+    checks: list[dict],
     *,
     tag: str,
     tz: str,
@@ -113,21 +158,27 @@ def plan(
 ) -> list[Change]:
     """The changes that make healthchecks.io match crontab.d.
 
-    `tagged` are the checks listed with the project tag; `others` every check of the
-    healthchecks project (only needed when a job has no tagged check yet: an untagged check
-    with its slug, e.g. one auto-created by `?create=1`, is adopted and keeps its channels).
+    `checks` are every check of the healthchecks project: a job's slug may belong to an
+    untagged check (e.g. one auto-created by `?create=1`), which is adopted and keeps its name
+    and channels, or to several checks, which is reported and left alone.
     """
-    by_slug = {c.get("slug"): c for c in tagged if c.get("slug")}
-    other_by_slug = {c.get("slug"): c for c in (others or []) if c.get("slug")}
+    by_slug: dict[str, list[dict]] = {}
+    for check in checks:
+        if check.get("slug"):
+            by_slug.setdefault(check["slug"], []).append(check)
     changes: list[Change] = []
     wanted = set()
     for job in schedule.jobs:
         wanted.add(job.name)
         spec = desired_spec(job, tz=tz, tag=tag)
-        current = by_slug.get(job.name) or other_by_slug.get(job.name)
-        if current is None:
+        matches = by_slug.get(job.name, [])
+        if len(matches) > 1:
+            shared = ", ".join(f"{check_uuid(c)} {c.get('name')!r}" for c in matches)
+            changes.append(Change("duplicate", job.name, {}, [shared]))
+            continue
+        if not matches:
             spec["channels"] = channels
-            kind = f"cron {spec['schedule']!r} {tz}" if "schedule" in spec else "simple"
+            kind = f"cron {spec['schedule']!r} {spec['tz']}" if "schedule" in spec else "simple"
             changes.append(
                 Change(
                     "create",
@@ -137,21 +188,22 @@ def plan(
                 )
             )
             continue
+        current = matches[0]
+        del spec["name"]  # set on create only: a rename in the web UI stays
         spec["tags"] = _merge_tags(current.get("tags") or "", tag)
         diff = diff_check(spec, current)
         action = "update" if diff else "unchanged"
         changes.append(Change(action, job.name, spec, diff, check_uuid(current)))
-    for slug, check in sorted(by_slug.items()):
+    for slug in sorted(by_slug):
         if slug in wanted:
             continue
-        action = "delete" if prune else "stale"
-        changes.append(Change(action, slug, {}, [], check_uuid(check)))
+        for check in by_slug[slug]:
+            if is_ours(check, tag):
+                action = "delete" if prune else "stale"
+                changes.append(Change(action, slug, {}, [], check_uuid(check)))
+            elif prune and tag in (check.get("tags") or "").split():
+                changes.append(Change("kept", slug, {}, [], check_uuid(check)))
     return changes
-
-
-def needs_full_list(schedule: Schedule, tagged: list[dict]) -> bool:
-    slugs = {c.get("slug") for c in tagged}
-    return any(job.name not in slugs for job in schedule.jobs)
 
 
 def apply(api: HealthchecksAPI, changes: list[Change]) -> None:
@@ -163,7 +215,9 @@ def apply(api: HealthchecksAPI, changes: list[Change]) -> None:
             if created and change.action == "update":
                 change.action = "create"
         elif change.action == "delete":
-            api.delete(change.uuid, change.slug)
+            # uuid is None only for a check listed with neither `uuid` nor `update_url` (a
+            # read-only key's listing): left as it was, the DELETE then fails with an ApiError.
+            api.delete(change.uuid, change.slug)  # type: ignore[arg-type]
 
 
 def describe(change: Change, tag: str, dry_run: bool) -> str:
@@ -174,6 +228,16 @@ def describe(change: Change, tag: str, dry_run: bool) -> str:
     }
     if change.action == "stale":
         return f"{'stale':<12} {change.slug}: tagged {tag!r}, not in crontab.d (--prune deletes it)"
+    if change.action == "duplicate":
+        return (
+            f"{'duplicate':<12} {change.slug}: checks {change.diff[0]} share this slug (pings get "
+            "409): delete or rename all but one in the web UI; nothing was changed for it"
+        )
+    if change.action == "kept":
+        return (
+            f"{'kept':<12} {change.slug}: tagged {tag!r} but not created by this project (a copy "
+            "made in the web UI?): --prune leaves it alone"
+        )
     if change.action == "delete":
         return f"{verbs['delete']:<12} {change.slug}: tagged {tag!r}, no such job in crontab.d"
     return f"{verbs[change.action]:<12} {change.slug}: {'; '.join(change.diff)}"

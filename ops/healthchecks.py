@@ -1,26 +1,46 @@
 """healthchecks.io pings: start in the background, a final ping within a bounded budget.
 
-Monitoring never blocks or fails a job: every request has a timeout, retries stop at a deadline,
-and nothing here raises. URLs carry the project's ping key, so they are never printed: messages
-name the job and the kind of ping only.
+Monitoring never blocks or fails a job: every request has a timeout, the final ping (name
+resolution included) ends by its deadline, and nothing here raises. URLs carry the project's
+ping key, so they are never printed: messages name the job, the check's slug and the kind of
+ping only.
+
+Order within a run: a `/start` never reaches the server after the run's final ping. When the
+job ends while its start is still connecting, retrying or waiting for an answer, the final ping
+waits for it (half the budget at most), then cancels it: a start not yet sent is never sent,
+and the connection of one that was sent is shut, so a server still holding it drops it.
 """
 
 import http.client
+import ipaddress
 import logging
+import socket
 import threading
 import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass
 
+from .output import hold_standard_fds, socket_above_standard_fds, utf8_end, utf8_start
+
 log = logging.getLogger("ops.healthchecks")
 
-RETRY_STATUSES = {408, 429, 500, 502, 503, 504}
+# 429 is not retried: the hosted service limits a check to 5 pings a minute, and a retry a
+# second later only counts against that limit again.
+RETRY_STATUSES = {408, 500, 502, 503, 504}
 ATTEMPTS = 3
 BACKOFF = (1.0, 2.0)
 ATTEMPT_TIMEOUT = 5.0
 DEFAULT_BODY_LIMIT = 10_000  # self-hosted default; the server's own header wins
 MARGIN = 0.05  # seconds kept back from the ping budget
+
+
+class ResolveTimeout(TimeoutError):
+    """The name lookup did not end within the ping's budget."""
+
+
+class Cancelled(Exception):
+    """A start ping given up because the run's final ping is going out."""
 
 
 @dataclass(frozen=True)
@@ -32,26 +52,50 @@ class PingConfig:
 
     @classmethod
     def from_settings(cls):
-        from django.conf import settings
+        from . import conf
 
         return cls(
-            base_url=settings.HEALTHCHECKS_PING_URL,
-            ping_key=settings.HEALTHCHECKS_PING_KEY,
-            auto_create=settings.HEALTHCHECKS_AUTO_CREATE,
-            budget=settings.OPS_PING_BUDGET_SECONDS,
+            base_url=conf.ping_url(),
+            ping_key=conf.ping_key(),
+            auto_create=conf.auto_create(),
+            budget=conf.ping_budget_seconds(),
         )
 
 
 def check_url(config: PingConfig, job: str, override: str | None = None) -> tuple[str, str]:
-    """(url, query) for a job's check; url is "" when pings are not configured."""
+    """(url without its query, query) for a job's check; url is "" when pings are off.
+
+    An override URL may carry a query (`...?create=1`): it is kept apart, so that `/start` or
+    `/<code>` go into the path and `rid` joins that query."""
     base = config.base_url if config.base_url.endswith("/") else config.base_url + "/"
     if override:
         if override.startswith(("http://", "https://")):
-            return override.rstrip("/"), ""
+            parts = urllib.parse.urlsplit(override)
+            url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+            return url.rstrip("/"), parts.query
         return base + override, ""
     if not config.ping_key:
         return "", ""
     return f"{base}{config.ping_key}/{job}", "create=1" if config.auto_create else ""
+
+
+def with_rid(query: str, rid: str) -> str:
+    """`query` with `rid` set (an existing rid is replaced, the other parameters kept)."""
+    pairs = [(k, v) for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True) if k != "rid"]
+    return urllib.parse.urlencode([("rid", rid), *pairs])
+
+
+def cut_body(head: bytes, body: bytes, limit: int) -> bytes:
+    """`head`, then as much of the end of `body` as fits in `limit` bytes, cut on UTF-8
+    character boundaries (a body starting inside a character is refused by servers that
+    decode it strictly)."""
+    head = utf8_end(head[:limit])
+    room = limit - len(head)
+    if room <= 0:
+        return head
+    if len(body) > room:
+        body = utf8_start(body[-room:])
+    return head + body
 
 
 class Pinger:
@@ -62,11 +106,15 @@ class Pinger:
     ):
         self.config = config
         self.job = job
+        self.by_slug = not override
         self.url, self.query = check_url(config, job, override) if enabled else ("", "")
         self.rid = str(uuid.uuid4())
         self.body_limit: int | None = None
         self._start_thread: threading.Thread | None = None
-        self._finishing = threading.Event()  # a /start retried after the end would reopen it
+        self._gate = threading.Lock()  # held while a start is being sent
+        self._finishing = False
+        self._start_sock: socket.socket | None = None
+        self._problems: list[tuple[str, str]] = []  # (kind of ping, why), reported once
 
     @property
     def enabled(self) -> bool:
@@ -88,7 +136,8 @@ class Pinger:
     def finish(
         self, exit_code: int | None, body: bytes, *, kind: str | None = None, head: bytes = b""
     ) -> bool:
-        """The final ping: success (0), /<exit code>, or /fail (kind="fail").
+        """The final ping: success (0), /<exit code>, /fail (kind="fail") or /log (kind="log":
+        neither success nor failure).
 
         The body is `head` (the runner's own note) followed by the end of `body` (the output
         tail), cut to the server's limit: the note must survive the cut, the output's start
@@ -96,40 +145,50 @@ class Pinger:
         if not self.enabled:
             return False
         deadline = time.monotonic() + self.config.budget
-        if self._start_thread is not None:
-            # Keep order (start before the end) but leave half the budget to the final ping;
-            # a start still retrying after that gives up.
-            self._start_thread.join(max(0.0, self.config.budget / 2))
-            self._finishing.set()
-        if kind == "fail":
-            suffix = "/fail"
+        self._end_start(self.config.budget / 2)
+        if kind in ("fail", "log"):
+            suffix = f"/{kind}"
         else:
             suffix = "" if exit_code == 0 else f"/{exit_code}"
-        return self._send(
+        ok = self._send(
             kind or ("success" if exit_code == 0 else "failure"),
             suffix,
-            self._cut(head, body),
+            cut_body(head, body, self.body_limit or DEFAULT_BODY_LIMIT),
             deadline,
         )
+        self._report()
+        return ok
 
     def log(self, message: str) -> bool:
         if not self.enabled:
             return False
         deadline = time.monotonic() + self.config.budget
-        return self._send("log", "/log", message.encode(), deadline)
+        body = cut_body(b"", message.encode(), self.body_limit or DEFAULT_BODY_LIMIT)
+        ok = self._send("log", "/log", body, deadline)
+        self._report()
+        return ok
 
-    def _cut(self, head: bytes, body: bytes) -> bytes:
-        limit = self.body_limit or DEFAULT_BODY_LIMIT
-        head = head[:limit]
-        room = limit - len(head)
-        return head + (body[-room:] if room and len(body) > room else body if room else b"")
+    def _end_start(self, wait: float) -> None:
+        """Wait up to `wait` seconds for the start ping, then make sure it never lands later."""
+        if self._start_thread is None:
+            return
+        self._start_thread.join(max(0.0, wait))
+        with self._gate:  # a start being written finishes writing; none begins after this
+            self._finishing = True
+            sock = self._start_sock
+        if sock is not None:
+            try:
+                # Wakes the start thread, and tells a server still holding the request that
+                # its client went away.
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def _send(self, kind: str, suffix: str, body: bytes, deadline: float) -> bool:
-        query = f"rid={self.rid}" + (f"&{self.query}" if self.query else "")
-        url = f"{self.url}{suffix}?{query}"
+        url = f"{self.url}{suffix}?{with_rid(self.query, self.rid)}"
         reason = ""
         for attempt in range(ATTEMPTS):
-            if kind == "start" and self._finishing.is_set():
+            if kind == "start" and self._finishing:
                 return False
             # The budget is a bound, not a target: keep a margin for the connection's setup
             # and teardown, so a server that never answers costs at most the budget.
@@ -137,53 +196,161 @@ class Pinger:
             if remaining <= MARGIN:
                 break
             try:
-                status, headers, text = post(url, body, timeout=min(ATTEMPT_TIMEOUT, remaining))
+                status, headers, text = self._post(
+                    url, body, min(ATTEMPT_TIMEOUT, remaining), deadline - MARGIN, kind
+                )
+            except Cancelled:
+                return False
             except (OSError, ValueError, http.client.HTTPException) as exc:
+                if kind == "start" and self._finishing:
+                    return False  # cut short on purpose by the final ping
                 # Exception texts may carry the URL, and so the key: name the class only.
-                reason = type(exc).__name__
+                reason = str(exc) if isinstance(exc, ResolveTimeout) else type(exc).__name__
             else:
                 limit = headers.get("Ping-Body-Limit", "")
                 if limit.isdigit():
                     self.body_limit = int(limit)
                 if status in (200, 201):
                     if text not in ("OK", "Created"):
-                        log.warning("job %s: %s ping answered %r", self.job, kind, text)
+                        # Hosted UUID pings answer 200 even when dropped: say why.
+                        self._problems.append((kind, f"answered {text!r}"))
                     return True
                 reason = f"HTTP {status}"
                 if status not in RETRY_STATUSES:
                     break
             if attempt < len(BACKOFF):
                 time.sleep(max(0.0, min(BACKOFF[attempt], deadline - time.monotonic() - MARGIN)))
-        log.warning(
-            "job %s: %s ping failed (%s); the job's outcome is unchanged",
-            self.job,
-            kind,
-            reason or "no time left in the ping budget",
-        )
+        self._problems.append((kind, reason or "no time left in the ping budget"))
         return False
 
+    def _post(
+        self, url: str, body: bytes, timeout: float, deadline: float, kind: str
+    ) -> tuple[int, http.client.HTTPMessage, str]:
+        """One POST; (status, headers, first 60 characters of the body).
 
-def post(url: str, body: bytes, timeout: float) -> tuple[int, http.client.HTTPMessage, str]:
-    """One POST; (status, headers, first 60 characters of the body).
+        The standard library's http.client rather than requests: pings run on every cron run,
+        and importing requests cost 67 ms of a 456 ms Django start-up (bench/RESULTS.md, P1).
+        """
+        parts = urllib.parse.urlsplit(url)
+        conn = connection(parts, timeout, deadline)
+        start = kind == "start"
+        try:
+            conn.connect()
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            headers = {"User-Agent": "cronops", "Content-Type": "text/plain; charset=utf-8"}
+            if start:
+                with self._gate:
+                    if self._finishing:
+                        raise Cancelled
+                    self._start_sock = conn.sock
+                    conn.request("POST", path, body=body, headers=headers)
+            else:
+                conn.request("POST", path, body=body, headers=headers)
+            response = conn.getresponse()
+            text = response.read(200).decode("utf-8", "replace").strip()[:60]
+            return response.status, response.headers, text
+        finally:
+            if start:
+                with self._gate:
+                    self._start_sock = None
+            conn.close()
 
-    The standard library's http.client rather than requests: pings run on every cron run, and
-    importing requests cost 67 ms of a 456 ms Django start-up (bench/RESULTS.md, P1).
-    """
-    parts = urllib.parse.urlsplit(url)
-    conn_class = (
-        http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    )
-    conn = conn_class(parts.hostname, parts.port, timeout=timeout)
+    def _report(self) -> None:
+        """One line per distinct problem of this run, then forget them."""
+        problems, self._problems = self._problems, []
+        seen: dict[str, list[str]] = {}
+        for kind, reason in problems:
+            seen.setdefault(reason, [])
+            if kind not in seen[reason]:
+                seen[reason].append(kind)
+        for reason, kinds in seen.items():
+            log.warning("job %s: %s", self.job, self._explain(reason, kinds))
+
+    def _explain(self, reason: str, kinds: list[str]) -> str:
+        what = " and ".join(kinds) + (" pings" if len(kinds) > 1 else " ping")
+        if reason in ("HTTP 404", "answered 'OK (not found)'"):
+            if self.by_slug:
+                return (
+                    f"the check {self.job!r} does not exist on the server ({what}: "
+                    f"{reason.removeprefix('answered ')}): run `manage.py sync_healthchecks` "
+                    "or set HEALTHCHECKS_AUTO_CREATE=1 (or HEALTHCHECKS_PING_KEY is wrong)"
+                )
+            return (
+                f"the check given by --ping does not exist on the server ({what}: "
+                f"{reason.removeprefix('answered ')}): check its UUID or URL"
+            )
+        if reason == "HTTP 409":
+            return (
+                f"two checks share the slug {self.job!r} on the server ({what}: HTTP 409 "
+                "ambiguous slug): delete or rename one of them in the healthchecks.io project"
+            )
+        if reason in ("HTTP 429", "answered 'OK (rate limited)'"):
+            return (
+                f"{what} rate-limited by the server ({reason.removeprefix('answered ')}: "
+                "more than 5 pings a minute to one check); the job's outcome is unchanged"
+            )
+        if reason.startswith("answered "):
+            return f"{what} {reason}"
+        return f"{what} failed ({reason}); the job's outcome is unchanged"
+
+
+def resolve(host: str, port: int, timeout: float) -> list[tuple]:
+    """getaddrinfo bounded by `timeout`: the C resolver cannot be interrupted, so it runs in a
+    daemon thread that is left behind when it hangs (a dead nameserver: 5 s x attempts)."""
     try:
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        conn.request(
-            "POST",
-            path,
-            body=body,
-            headers={"User-Agent": "cronops", "Content-Type": "text/plain; charset=utf-8"},
-        )
-        response = conn.getresponse()
-        text = response.read(200).decode("utf-8", "replace").strip()[:60]
-        return response.status, response.headers, text
-    finally:
-        conn.close()
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    result: dict = {}
+
+    def lookup():
+        try:
+            result["addresses"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=lookup, daemon=True, name="cronops-resolve")
+    thread.start()
+    thread.join(max(0.0, timeout))
+    if thread.is_alive():
+        raise ResolveTimeout("name resolution timed out")
+    if "error" in result:
+        raise result["error"]
+    return result["addresses"]
+
+
+def connection(parts: urllib.parse.SplitResult, timeout: float, deadline: float):
+    """An http.client connection whose name lookup and connect end by `deadline`.
+
+    It connects to the resolved address itself; http.client still sends the host name in the
+    Host header and, for https, as the TLS server name (SNI) and certificate check."""
+    https = parts.scheme == "https"
+    conn_class = http.client.HTTPSConnection if https else http.client.HTTPConnection
+    assert parts.hostname is not None, "ping URLs are checked for a host name"
+    conn = conn_class(parts.hostname, parts.port, timeout=timeout)
+
+    def create_connection(address, timeout=None, source_address=None):
+        host, port = address
+        hold_standard_fds()  # the resolver's own descriptors must not take fd 1 or 2 either
+        addresses = resolve(host, port, deadline - time.monotonic())
+        error: OSError = TimeoutError("no time left to connect")
+        for family, kind, proto, _, sockaddr in addresses:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            sock = socket_above_standard_fds(family, kind, proto)
+            sock.settimeout(min(timeout or left, left))
+            try:
+                sock.connect(sockaddr)
+            except OSError as exc:
+                sock.close()
+                error = exc
+                continue
+            return sock
+        raise error
+
+    # http.client's hook for opening the socket (private, so not in typeshed)
+    conn._create_connection = create_connection  # type: ignore[attr-defined]
+    return conn

@@ -1,31 +1,25 @@
-"""sync_healthchecks against a server on 127.0.0.1 that answers like the healthchecks.io API v3.
+"""sync_healthchecks against the healthchecks stand-in (tests/hcserver.py, the `hc` fixture).
 
-`FakeHealthchecks` follows the documented behaviour (and healthchecks' own views): `X-Api-Key`
-of exactly 32 characters else 401 `missing api key`, a wrong key 401 `wrong api key`; upsert
-with `unique: ["slug"]` answers 201 created / 200 updated; strict validation answers 400 with
-`json validation error: <field> ...` (nulls included); `channels` omitted leaves them alone,
-`*` assigns all; `GET ?tag=` lists; `DELETE /checks/<uuid>` removes.
+The stand-in follows the API's documented behaviour and the server as observed: `X-Api-Key` of
+exactly 32 characters else 401 `missing api key`, a wrong key 401 `wrong api key`; upsert with
+`unique: ["slug"]` updates the first match (201 created / 200 updated); strict validation
+answers 400 with `json validation error: <field> ...` (nulls included); `channels` omitted
+leaves them alone, `*` assigns all; `tz` is stored under its current tzdata name.
 """
 
 import io
-import json
-import re
 import textwrap
-import uuid
-import zoneinfo
 
 import pytest
-from cronsim import CronSim, CronSimError
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from werkzeug import Response
 
 from ops.crontabd import parse_text
 from ops.hcapi import ApiError, HealthchecksAPI
 
-API_KEY = "hcw_" + "k3y" * 9 + "a"  # 32 characters, like a real key
+from .hcserver import API_KEY, CHANNELS, HealthchecksServer
+
 assert len(API_KEY) == 32
-CHANNELS = ["4f1e8c0a-0000-4000-8000-00000000000a", "4f1e8c0a-0000-4000-8000-00000000000b"]
 TAG = "cronops-shop"
 
 CRON = textwrap.dedent(
@@ -40,201 +34,7 @@ CRON = textwrap.dedent(
 )
 
 
-class FakeHealthchecks:
-    """An in-memory healthchecks project behind pytest-httpserver."""
-
-    STR_FIELDS = ("name", "slug", "tags", "desc", "schedule", "tz", "channels", "methods")
-    SECONDS_FIELDS = ("grace", "timeout")
-
-    def __init__(self, server, key=API_KEY):
-        self.server = server
-        self.key = key
-        self.checks: dict[str, dict] = {}
-        self.log: list[tuple[str, str, dict | None]] = []
-        self.fail_with: tuple[int, dict] | None = None
-        server.expect_request(re.compile(r"^/api/v3/checks/.*")).respond_with_handler(self.handle)
-
-    @property
-    def url(self) -> str:
-        return self.server.url_for("/api/v3/")
-
-    # --- state helpers for tests ------------------------------------------------------------
-
-    def add(self, **fields) -> dict:
-        check = {
-            "uuid": str(uuid.uuid4()),
-            "name": fields.get("slug", ""),
-            "slug": "",
-            "tags": "",
-            "desc": "",
-            "grace": 3600,
-            "kind": "simple",
-            "timeout": 86400,
-            "schedule": "* * * * *",
-            "tz": "UTC",
-            "channels": [],
-        }
-        check.update(fields)
-        self.checks[check["uuid"]] = check
-        return check
-
-    def by_slug(self, slug) -> dict:
-        return next(c for c in self.checks.values() if c["slug"] == slug)
-
-    def writes(self):
-        return [(m, p, b) for m, p, b in self.log if m != "GET"]
-
-    # --- the API ----------------------------------------------------------------------------
-
-    def to_dict(self, check) -> dict:
-        update_url = self.server.url_for(f"/api/v3/checks/{check['uuid']}")
-        result = {
-            "name": check["name"],
-            "slug": check["slug"],
-            "tags": check["tags"],
-            "desc": check["desc"],
-            "grace": check["grace"],
-            "n_pings": 0,
-            "status": "new",
-            "started": False,
-            "last_ping": None,
-            "next_ping": None,
-            "manual_resume": False,
-            "methods": "",
-            "ping_url": "https://hc-ping.example/" + check["uuid"],
-            "update_url": update_url,
-            "pause_url": update_url + "/pause",
-            "resume_url": update_url + "/resume",
-            "channels": ",".join(sorted(check["channels"])),
-        }
-        if check["kind"] == "simple":
-            result["timeout"] = check["timeout"]
-        else:
-            result["schedule"], result["tz"] = check["schedule"], check["tz"]
-        return result
-
-    def handle(self, request):
-        body = None
-        if request.method == "POST":
-            try:
-                body = json.loads(request.get_data() or b"null")
-            except ValueError:
-                return self.json({"error": "could not parse request body"}, 400)
-        self.log.append((request.method, request.path, body))
-        key = request.headers.get("X-Api-Key", "")
-        if len(key) != 32:
-            return self.json({"error": "missing api key"}, 401)
-        if key != self.key:
-            return self.json({"error": "wrong api key"}, 401)
-        if self.fail_with is not None:
-            status, document = self.fail_with
-            return self.json(document, status)
-        code = request.path.removeprefix("/api/v3/checks/").strip("/")
-        if request.method == "GET" and not code:
-            return self.list(request)
-        if request.method == "POST" and not code:
-            return self.upsert(body)
-        check = self.checks.get(code)
-        if check is None:
-            return Response("not found", status=404)
-        if request.method == "DELETE":
-            del self.checks[code]
-            return self.json(self.to_dict(check), 200)
-        if request.method == "POST":
-            error = self.validate(body)
-            if error:
-                return self.json({"error": error}, 400)
-            self.update(check, body)
-            return self.json(self.to_dict(check), 200)
-        return self.json(self.to_dict(check), 200)
-
-    def list(self, request):
-        tags = set(request.args.getlist("tag"))
-        slug = request.args.get("slug")
-        found = [
-            self.to_dict(c)
-            for c in self.checks.values()
-            if tags.issubset(c["tags"].split()) and (slug is None or c["slug"] == slug)
-        ]
-        return self.json({"checks": found}, 200)
-
-    def validate(self, body) -> str | None:
-        if not isinstance(body, dict):
-            return "json validation error: request body is not an object"
-        for key, value in body.items():
-            if value is None:
-                kind = "a number" if key in self.SECONDS_FIELDS else "a string"
-                return f"json validation error: {key} is not {kind}"
-        for key in self.STR_FIELDS:
-            if key in body and not isinstance(body[key], str):
-                return f"json validation error: {key} is not a string"
-        for key in self.SECONDS_FIELDS:
-            if key in body:
-                value = body[key]
-                if not isinstance(value, int) or isinstance(value, bool):
-                    return f"json validation error: {key} is not a number"
-                if value < 60:
-                    return f"json validation error: {key} is too small"
-                if value > 31_536_000:
-                    return f"json validation error: {key} is too large"
-        if "name" in body and len(body["name"]) > 100:
-            return "json validation error: name is too long"
-        if "slug" in body and not re.fullmatch(r"[a-z0-9-_]*", body["slug"]):
-            return "json validation error: slug does not match pattern"
-        if "schedule" in body:
-            try:
-                if len(body["schedule"].split()) != 5:
-                    raise CronSimError("not five fields")
-                next(CronSim(body["schedule"], __import__("datetime").datetime(2000, 1, 1)))
-            except (CronSimError, StopIteration):
-                return (
-                    "json validation error: schedule is not a valid cron or OnCalendar expression"
-                )
-        if "tz" in body and body["tz"] not in zoneinfo.available_timezones():
-            return "json validation error: tz is not a valid timezone"
-        if "unique" in body and (
-            not isinstance(body["unique"], list)
-            or any(u not in ("name", "slug", "tags", "timeout", "grace") for u in body["unique"])
-        ):
-            return "json validation error: an item in 'unique' has unexpected value"
-        return None
-
-    def upsert(self, body):
-        error = self.validate(body)
-        if error:
-            return self.json({"error": error}, 400)
-        existing = None
-        if "slug" in body.get("unique", []) and "slug" in body:
-            existing = next((c for c in self.checks.values() if c["slug"] == body["slug"]), None)
-        if existing is None:
-            check = self.add(name="", slug="", grace=3600, kind="simple", timeout=86400)
-            self.update(check, body)
-            return self.json(self.to_dict(check), 201)
-        self.update(existing, body)
-        return self.json(self.to_dict(existing), 200)
-
-    def update(self, check, body):
-        if "channels" in body:
-            value = body["channels"]
-            check["channels"] = (
-                list(CHANNELS) if value == "*" else [c for c in value.split(",") if c]
-            )
-        if "schedule" in body:
-            check["kind"], check["schedule"] = "cron", body["schedule"]
-        elif "timeout" in body:
-            check["kind"], check["timeout"] = "simple", body["timeout"]
-        for key in ("name", "slug", "tags", "desc", "tz", "grace"):
-            if key in body:
-                check[key] = body[key]
-
-    @staticmethod
-    def json(document, status):
-        return Response(json.dumps(document), status=status, content_type="application/json")
-
-
-@pytest.fixture
-def hc(httpserver):
-    return FakeHealthchecks(httpserver)
+FakeHealthchecks = HealthchecksServer  # its old name (tests/test_deploy.py)
 
 
 @pytest.fixture
@@ -278,7 +78,10 @@ def test_the_first_sync_creates_one_check_per_job_with_its_schedule(hc, configur
     assert charge["schedule"] == "0 3 * * *"
     assert charge["tz"] == "Europe/Moscow"
     assert charge["grace"] == 1800  # its --timeout=30m
-    assert charge["desc"] == "Charge every active subscription once per logical day."
+    assert charge["desc"] == (
+        "Charge every active subscription once per logical day.\n\ncronops job: charge_daily"
+    )
+    assert charge["methods"] == "POST"  # a crawler's GET of a ping URL is no success
     assert charge["tags"] == TAG
     assert charge["channels"] == CHANNELS  # HEALTHCHECKS_CHANNELS=* on create
     assert hc.by_slug("clear-sessions")["schedule"] == "0 0 * * *"  # @daily, five fields
@@ -299,7 +102,7 @@ def test_a_second_sync_reports_nothing_to_change_and_writes_nothing(hc, configur
     assert code == 0
     assert out.strip() == "healthchecks.io: nothing to change (4 checks up to date)"
     assert len(hc.writes()) == writes
-    assert [m for m, _, _ in hc.log[-1:]] == ["GET"]  # one listing by tag, nothing else
+    assert [m for m, _, _ in hc.api_log[-1:]] == ["GET"]  # one listing by tag, nothing else
 
 
 def test_a_changed_timeout_updates_the_grace_and_leaves_channels_alone(hc, configured):
@@ -388,7 +191,7 @@ def test_a_wrong_api_key_is_one_clear_line_without_the_key(hc, configured, setti
     code, out, error = sync()
     assert code == 1
     assert error == (
-        f"healthchecks.io: listing checks tagged {TAG!r}: 401 wrong api key: "
+        "healthchecks.io: listing checks: 401 wrong api key: "
         "HEALTHCHECKS_API_KEY is not a read-write API key of this project "
         "(Project Settings → API Access)"
     )
@@ -405,12 +208,11 @@ def test_a_key_of_the_wrong_length_gets_the_servers_missing_api_key(hc, configur
 
 
 def test_a_validation_error_names_the_field(hc, configured):
-    hc.fail_with = (400, {"error": "json validation error: grace is too small"})
+    hc.api_fail_with = (400, {"error": "json validation error: grace is too small"})
     code, _, error = sync()
     assert code == 1
     assert error == (
-        f"healthchecks.io: listing checks tagged {TAG!r}: 400 rejected: "
-        "json validation error: grace is too small"
+        "healthchecks.io: listing checks: 400 rejected: json validation error: grace is too small"
     )
 
 
@@ -422,7 +224,7 @@ def test_the_fake_api_rejects_null_fields_and_the_client_never_sends_them(hc):
     created, check = api.upsert({"slug": "x", "name": "x", "desc": None, "grace": 60})
     assert created is True
     assert check["desc"] == ""
-    assert hc.log[-1][2] == {"slug": "x", "name": "x", "grace": 60, "unique": ["slug"]}
+    assert hc.api_log[-1][2] == {"slug": "x", "name": "x", "grace": 60, "unique": ["slug"]}
 
 
 def test_a_schedule_the_api_cannot_read_is_a_400_on_the_upsert(hc):
@@ -434,7 +236,7 @@ def test_a_schedule_the_api_cannot_read_is_a_400_on_the_upsert(hc):
 
 
 def test_rate_limiting_is_one_clear_line(hc, configured):
-    hc.fail_with = (429, {"error": "rate limit exceeded"})
+    hc.api_fail_with = (429, {"error": "rate limit exceeded"})
     code, _, error = sync()
     assert code == 1
     assert error.endswith("429 rate limited by healthchecks.io: run it again in a minute")
@@ -450,7 +252,7 @@ def test_an_unreachable_api_is_one_clear_line(configured, settings):
     code, _, error = sync()
     assert code == 1
     assert error == (
-        f"healthchecks.io: listing checks tagged {TAG!r}: cannot reach the healthchecks.io API "
+        f"healthchecks.io: listing checks: cannot reach the healthchecks.io API "
         f"at http://127.0.0.1:{port}/api/v3/ (connection failed)"
     )
 
@@ -480,8 +282,9 @@ def test_job_specs_are_built_from_crontab_d():
         "name": "x",
         "slug": "x",
         "tags": "t",
-        "desc": "Nightly.",
+        "desc": "Nightly.\n\ncronops job: x",
         "grace": 7200,
+        "methods": "POST",
         "schedule": "0 3 * * *",
         "tz": "UTC",
     }
@@ -512,3 +315,110 @@ def test_a_deployed_project_syncs_twice_and_never_prints_its_key(sqlite_project,
     for result in (first, second, wrong):
         assert API_KEY not in result.stdout + result.stderr
         assert "y" * 32 not in result.stdout + result.stderr
+
+
+# --- the server as observed: zone names, duplicates, copies, renames, methods ---------------
+
+
+def sync_with_stderr(*args):
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command("sync_healthchecks", *args, stdout=out, stderr=err)
+    except CommandError as exc:
+        return exc.returncode, out.getvalue(), err.getvalue(), str(exc)
+    return 0, out.getvalue(), err.getvalue(), ""
+
+
+@pytest.mark.parametrize(
+    ("legacy", "current"),
+    [
+        ("US/Eastern", "America/New_York"),
+        ("Europe/Kiev", "Europe/Kyiv"),
+        ("Asia/Calcutta", "Asia/Kolkata"),
+    ],
+)
+def test_a_legacy_time_zone_is_compared_as_the_server_stores_it(
+    hc, configured, settings, legacy, current
+):
+    settings.TIME_ZONE = legacy
+    code, _, err, _ = sync_with_stderr()
+    assert code == 0
+    assert hc.by_slug("charge_daily")["tz"] == current
+    assert err.strip().splitlines() == [
+        f"warning: TIME_ZONE {legacy!r} is a legacy name of {current!r}; healthchecks.io "
+        f"stores {current!r} (set TIME_ZONE={current} in .env)"
+    ]
+    writes = len(hc.writes())
+    code, out, _, _ = sync_with_stderr()
+    assert code == 0
+    assert out.strip() == "healthchecks.io: nothing to change (4 checks up to date)"
+    assert len(hc.writes()) == writes
+    # A check stored under the legacy name by an older sync is the same zone, too.
+    hc.by_slug("tick")["tz"] = legacy
+    assert sync_with_stderr()[1].strip().startswith("healthchecks.io: nothing to change")
+
+
+def test_the_system_check_warns_about_a_legacy_time_zone_name(settings):
+    from ops.checks import check_time_zone_name
+
+    settings.TIME_ZONE = "Europe/Kiev"
+    [warning] = check_time_zone_name()
+    assert warning.id == "ops.W010"
+    assert warning.msg == "TIME_ZONE 'Europe/Kiev' is a legacy name of 'Europe/Kyiv'"
+    assert "TIME_ZONE=Europe/Kyiv" in warning.hint
+    settings.TIME_ZONE = "UTC"  # an alias of Etc/UTC, kept as written by the server
+    assert check_time_zone_name() == []
+
+
+def test_two_checks_with_a_jobs_slug_are_reported_and_left_alone(hc, configured):
+    sync()
+    first = hc.by_slug("tick")
+    second = hc.add(slug="tick", name="tick made by hand", grace=120)
+    (configured / "10-app.cron").write_text(CRON.replace("--timeout=5s", "--timeout=10m"))
+    writes = len(hc.writes())
+    code, out, error = sync()
+    assert code == 1
+    line = next(line for line in out.splitlines() if line.startswith("duplicate"))
+    assert line == (
+        f"duplicate    tick: checks {first.uuid} 'tick', {second.uuid} 'tick made by hand' share "
+        "this slug (pings get 409): delete or rename all but one in the web UI; nothing was "
+        "changed for it"
+    )
+    assert error == (
+        "healthchecks.io: several checks share the slug of job(s) tick: delete or rename the "
+        "extra checks (nothing was changed for those jobs)"
+    )
+    assert len(hc.writes()) == writes  # nothing written, for tick or the others
+    assert (first.grace, second.grace) == (60, 120)
+    # The same report again, and still nothing written.
+    assert sync()[:2] == (code, out)
+    assert len(hc.writes()) == writes
+
+
+def test_prune_spares_a_copy_made_in_the_web_ui_and_a_rename_stays(hc, configured):
+    sync()
+    charge = hc.by_slug("charge_daily")
+    copy = hc.copy(charge)
+    assert TAG in copy.tags.split() and copy.desc == charge.desc
+    charge.name = "Daily billing"  # renamed in the web UI
+    code, out, _ = sync("--prune")
+    assert code == 0
+    assert charge.name == "Daily billing"
+    assert copy.uuid in hc.checks
+    assert (
+        f"kept         charge_daily-copy: tagged {TAG!r} but not created by this project "
+        "(a copy made in the web UI?): --prune leaves it alone"
+    ) in out
+    assert out.splitlines()[-1] == "healthchecks.io: nothing to change (4 checks up to date)"
+    # Its own checks still go when their job does.
+    (configured / "10-app.cron").write_text(CRON.replace("@reboot", "# @reboot"))
+    code, out, _ = sync("--prune")
+    assert "deleted      warmup" in out
+    assert copy.uuid in hc.checks and "warmup" not in {c.slug for c in hc.checks.values()}
+
+
+def test_an_adopted_check_accepts_only_post_pings_after_the_sync(hc, configured):
+    check = hc.add(slug="charge_daily", name="charge_daily", channels=[CHANNELS[0]])
+    sync()
+    assert check.methods == "POST"
+    assert check.name == "charge_daily"

@@ -1,10 +1,9 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from ops import hcsync
+from ops import conf, hcsync
 from ops.crontabd import CrontabError, load_schedule
 from ops.hcapi import ApiError, HealthchecksAPI
-from ops.status import grace_seconds
 
 EXIT_API = 1
 EXIT_USAGE = 2
@@ -24,20 +23,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--prune",
             action="store_true",
-            help="delete checks with the project tag whose job is no longer in crontab.d",
+            help="delete this project's checks (created or adopted by sync_healthchecks) whose "
+            "job is no longer in crontab.d",
         )
 
     def handle(self, *args, dry_run=False, prune=False, verbosity=1, **options):
-        if not settings.HEALTHCHECKS_API_KEY:
+        try:
+            conf.validate()
+        except conf.SettingError as exc:
+            raise CommandError(str(exc), returncode=EXIT_USAGE) from None
+        if not conf.api_key():
             raise CommandError(
                 "HEALTHCHECKS_API_KEY is not set: put the project's read-write API key "
                 "(healthchecks.io → Project Settings → API Access) in .env",
                 returncode=EXIT_USAGE,
             )
-        try:
-            grace_seconds(None)
-        except ValueError as exc:
-            raise CommandError(f"OPS_DEFAULT_GRACE: {exc}", returncode=EXIT_USAGE) from None
         tag = hcsync.project_tag(settings)
         problem = hcsync.validate_tag(tag)
         if problem:
@@ -51,17 +51,19 @@ class Command(BaseCommand):
                 "crontab.d has no jobs: refusing to --prune every check of the project",
                 returncode=EXIT_USAGE,
             )
-        api = HealthchecksAPI(settings.HEALTHCHECKS_API_URL, settings.HEALTHCHECKS_API_KEY)
+        warning = hcsync.legacy_tz_warning(settings.TIME_ZONE)
+        if warning and any(job.cron_expr for job in schedule.jobs):
+            self.stderr.write(warning)  # stderr: stdout's "nothing to change" stays true
+        api = HealthchecksAPI(conf.api_url(), conf.api_key())
         try:
-            tagged = api.list_checks(tag)
-            others = api.list_checks() if hcsync.needs_full_list(schedule, tagged) else None
+            # Every check of the project, once: duplicates and untagged checks with a job's
+            # slug must be seen too.
             changes = hcsync.plan(
                 schedule,
-                tagged,
-                others,
+                api.list_checks(),
                 tag=tag,
                 tz=settings.TIME_ZONE,
-                channels=settings.HEALTHCHECKS_CHANNELS,
+                channels=conf.channels(),
                 prune=prune,
             )
             if not dry_run:
@@ -73,9 +75,16 @@ class Command(BaseCommand):
                 if verbosity > 1:
                     self.stdout.write(f"{'unchanged':<12} {change.slug}")
                 continue
-            if dry_run or change.action == "stale":
+            if dry_run or change.action in ("stale", "duplicate", "kept"):
                 self.stdout.write(hcsync.describe(change, tag, dry_run))
         self.stdout.write(hcsync.summary(changes, dry_run))
+        shared = [c.slug for c in changes if c.action == "duplicate"]
+        if shared:
+            raise CommandError(
+                f"healthchecks.io: several checks share the slug of job(s) {', '.join(shared)}: "
+                "delete or rename the extra checks (nothing was changed for those jobs)",
+                returncode=EXIT_API,
+            )
 
     def _apply(self, api, changes, tag):
         """Write the changes one by one, printing each as it is done."""

@@ -1,0 +1,510 @@
+"""run_job's pings against a server that behaves like healthchecks (tests/hcserver.py).
+
+Real processes (a deployed copy of the project) pinging the stand-in on 127.0.0.1; each test
+asserts what the check shows on the server: its state, its stored exit status and bodies.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from ops.output import Tail
+from ops.redact import Redactor, known_secrets
+
+from .conftest import PING_KEY, base_env, require
+from .test_runner import SLEEPER, wait_for_line
+
+
+def ping_to(project, hc, **extra) -> None:
+    project.write_env(HEALTHCHECKS_PING_URL=hc.ping_url, HEALTHCHECKS_PING_KEY=PING_KEY, **extra)
+
+
+def settle(hc, count: int, timeout: float = 15) -> None:
+    """Wait until the server has acted on `count` pings (a held request ends in its thread)."""
+    deadline = time.monotonic() + timeout
+    while len(hc.pings) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(hc.pings) >= count, hc.pings
+
+
+# --- 1. bodies cut on a character boundary ------------------------------------------------
+
+
+def test_a_cut_multibyte_body_still_counts_as_success_on_a_filter_by_body_check(sqlite_project, hc):
+    project = sqlite_project
+    ping_to(project, hc)
+    check = hc.add(slug="t_accents", filter_body=True, success_kw="é")
+    project.add_command("t_accents", "print('é' * 20000)")
+    result = project.run_job("t_accents")
+    assert result.returncode == 0
+    assert "ping" not in result.stderr
+    final = hc.pings_of("t_accents")[-1]
+    assert (final.kind, final.action, final.status) == ("success", "success", 200)
+    assert 0 < len(final.body) <= hc.body_limit
+    final.body.decode("utf-8")  # strictly valid
+    assert check.state == "up"
+    [(tail,)] = project.db.query("SELECT output_tail FROM ops_jobrun")
+    assert "\ufffd" not in tail and tail.rstrip().endswith("éé")
+
+
+def test_the_history_tail_never_starts_inside_a_character():
+    tail = Tail(11)
+    tail.write("€".encode() * 20)  # 3 bytes each: the last 11 bytes start inside one
+    text = tail.text()
+    assert "\ufffd" not in text and text.endswith("€€€")
+
+
+# --- 2. timeouts and signals report their exit status -------------------------------------
+
+
+@pytest.mark.parametrize(("how", "code"), [("timeout", 124), ("SIGTERM", 143), ("SIGINT", 130)])
+def test_timeouts_and_signals_ping_their_exit_code_and_the_server_stores_it(
+    sqlite_project, hc, how, code
+):
+    project = sqlite_project
+    ping_to(project, hc)
+    check = hc.add(slug="t_sleep")
+    project.add_command("t_sleep", SLEEPER)
+    if how == "timeout":
+        assert project.run_job("--timeout=1s", "t_sleep", env={"SLEEP": "30"}).returncode == 124
+    else:
+        proc = project.popen("run_job", "t_sleep", env={"SLEEP": "30"})
+        wait_for_line(proc, "working")
+        proc.send_signal(getattr(signal, how))
+        assert proc.wait(15) == code
+        proc.communicate()
+    final = hc.pings_of("t_sleep")[-1]
+    assert (final.kind, final.action) == (str(code), "fail")
+    assert (check.state, check.exit_status) == ("down", code)
+
+
+# --- 3. a check that does not exist, or exists twice ---------------------------------------
+
+
+def test_a_missing_check_is_one_line_saying_what_to_do_without_the_key(sqlite_project, hc):
+    project = sqlite_project
+    ping_to(project, hc)
+    project.add_command("t_ok", "print('fine')")
+    result = project.run_job("t_ok")
+    assert result.returncode == 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("cronops:")]
+    assert lines == [
+        "cronops: job t_ok: the check 't_ok' does not exist on the server (start and success "
+        "pings: HTTP 404): run `manage.py sync_healthchecks` or set HEALTHCHECKS_AUTO_CREATE=1 "
+        "(or HEALTHCHECKS_PING_KEY is wrong)"
+    ]
+    assert PING_KEY not in result.stdout + result.stderr
+    assert "http" not in result.stderr
+    # A wrong key is the same 404 on the server: the same line names it too.
+    hc.add(slug="t_ok")
+    wrong = project.run_job("t_ok", env={"HEALTHCHECKS_PING_KEY": "wrong-key-wrong-key"})
+    assert "does not exist on the server" in wrong.stderr
+    assert "HEALTHCHECKS_PING_KEY is wrong" in wrong.stderr
+
+
+def test_two_checks_with_the_jobs_slug_are_named_as_the_cause(sqlite_project, hc):
+    project = sqlite_project
+    ping_to(project, hc)
+    hc.add(slug="t_ok")
+    hc.add(slug="t_ok", name="made by hand")
+    project.add_command("t_ok", "print('fine')")
+    result = project.run_job("t_ok")
+    assert result.returncode == 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("cronops:")]
+    assert lines == [
+        "cronops: job t_ok: two checks share the slug 't_ok' on the server (start and success "
+        "pings: HTTP 409 ambiguous slug): delete or rename one of them in the healthchecks.io "
+        "project"
+    ]
+    assert {p.status for p in hc.pings_of("t_ok")} == set()  # nothing was recorded
+
+
+# --- 4. a --ping URL with a query ---------------------------------------------------------
+
+
+def test_a_ping_url_with_a_query_gets_the_suffix_in_its_path_and_rid_in_its_query(
+    sqlite_project, hc
+):
+    project = sqlite_project
+    project.add_command("t_ok", "print('fine')")
+    url = f"{hc.ping_url}{PING_KEY}/viaq?create=1"
+    result = project.run_job(f"--ping={url}", "t_ok")
+    assert result.returncode == 0, result.stderr
+    assert "ping" not in result.stderr
+    start, final = hc.pings_of("viaq")
+    assert (start.action, start.status, final.action) == ("start", 201, "success")
+    assert start.rid == final.rid and start.rid
+    assert hc.check("viaq").state == "up"
+
+
+# --- 5. no start after the final ping -----------------------------------------------------
+
+
+def test_a_start_still_in_flight_when_the_job_ends_never_lands_after_the_success(
+    sqlite_project, hc
+):
+    project = sqlite_project
+    ping_to(project, hc, OPS_PING_BUDGET_SECONDS=4)
+    check = hc.add(slug="t_quick")
+    # The server holds /start longer than the final ping waits for it (half the budget), and
+    # less than the start's own timeout; the success is acted on at once but answered late,
+    # so the run is still alive then: a start left running would land after the success.
+    hc.delay("start", 3)
+    hc.slow_answer("success", 2)
+    project.add_command("t_quick", "print('quick')")
+    result = project.run_job("t_quick")
+    assert result.returncode == 0
+    settle(hc, 2)
+    kinds = [(p.kind, p.action) for p in hc.pings_of("t_quick")] + [
+        (p.kind, p.action) for p in hc.pings if p.action == "aborted"
+    ]
+    assert ("success", "success") in kinds
+    acted = [p for p in hc.pings if p.action in ("start", "success")]
+    assert [p.kind for p in acted][-1] == "success", acted
+    assert check.state == "up"
+
+
+# --- 6. a hanging name lookup stays within the budget ---------------------------------------
+
+
+def test_a_resolver_that_never_answers_keeps_the_run_within_its_ping_budget(
+    sqlite_project, tmp_path
+):
+    require(
+        os.geteuid() == 0 and bool(shutil.which("unshare")) and bool(shutil.which("getent")),
+        "needs root, unshare and getent (a private mount namespace for resolv.conf)",
+    )
+    project = sqlite_project
+    budget = 2
+    dead_dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dead_dns.bind(("127.0.0.77", 53))  # receives queries, never answers
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.77\noptions timeout:30 attempts:1\n")
+    host = "hc.cronops-test.example"
+    project.write_env(
+        HEALTHCHECKS_PING_URL=f"http://{host}:8000/",
+        HEALTHCHECKS_PING_KEY=PING_KEY,
+        OPS_PING_BUDGET_SECONDS=budget,
+    )
+    project.add_command("t_fail", "raise CommandError('failing on purpose', returncode=3)")
+
+    def in_namespace(*command):
+        return [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount --bind "$0" /etc/resolv.conf && exec "$@"',
+            str(resolv),
+            *command,
+        ]
+
+    try:
+        # The trap is real: in there, a lookup of the name hangs.
+        probe = subprocess.run(
+            in_namespace("timeout", "2", "getent", "hosts", host), capture_output=True
+        )
+        assert probe.returncode == 124, probe
+        proc = subprocess.Popen(
+            in_namespace(*project.command("run_job", "t_fail")),
+            cwd=project.dir,
+            env=base_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # Start-up (a few seconds on a loaded machine) + the budget; a lookup left unbounded
+        # would hold the process for the resolver's 30 s.
+        try:
+            proc.wait(timeout=budget + 12)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise AssertionError("the final ping outlived its budget") from None
+        _, err = proc.communicate()
+    finally:
+        dead_dns.close()
+    assert proc.returncode == 3, err
+    assert "name resolution timed out" in err
+    assert [r[3:5] for r in project.db.runs()] == [("failed", 3)]
+
+
+# --- 7. catch-up bursts and rate limits -----------------------------------------------------
+
+
+def test_a_catch_up_burst_stays_within_the_hosted_rate_limit(sqlite_project, hc):
+    import datetime as dt
+
+    project = sqlite_project
+    hc.hosted = True
+    ping_to(project, hc)
+    check = hc.add(slug="t_daily")
+    project.add_command(
+        "t_daily",
+        "print('charged', options['logical_date'])",
+        "parser.add_argument('--logical-date')",
+    )
+    project.write_cron("t.cron", "0 0 * * * --catch-up=3 t_daily\n")
+    today = dt.datetime.now(dt.UTC).date()
+    first = project.run_job(f"--logical-date={today - dt.timedelta(days=4)}", "t_daily")
+    assert first.returncode == 0
+    result = project.run_job("t_daily")
+    assert result.returncode == 0, result.stderr
+    assert [r[3] for r in project.db.runs("t_daily")] == ["succeeded"] * 5
+    assert "rate-limited" not in result.stderr
+    assert [p.action for p in hc.pings_of("t_daily")] == ["start", "success"] * 2
+    summary = hc.pings_of("t_daily")[-1].body.decode()
+    assert summary.startswith("cronops: caught up ")
+    assert summary.count(": succeeded") == 3
+    assert check.state == "up"
+
+
+def test_a_failed_catch_up_slot_fails_the_final_ping_with_run_jobs_exit_code(sqlite_project, hc):
+    import datetime as dt
+
+    project = sqlite_project
+    ping_to(project, hc)
+    check = hc.add(slug="t_daily")
+    today = dt.datetime.now(dt.UTC).date()
+    bad = today - dt.timedelta(days=1)
+    project.add_command(
+        "t_daily",
+        f"if options['logical_date'] == '{bad}': raise CommandError('bad day', returncode=4)",
+        "parser.add_argument('--logical-date')",
+    )
+    project.write_cron("t.cron", "0 0 * * * --catch-up=3 t_daily\n")
+    assert (
+        project.run_job(f"--logical-date={today - dt.timedelta(days=2)}", "t_daily").returncode == 0
+    )
+    result = project.run_job("t_daily")
+    assert result.returncode == 4
+    final = hc.pings_of("t_daily")[-1]
+    assert (final.kind, check.state, check.exit_status) == ("4", "down", 4)
+    assert f"{bad}" in final.body.decode() and "failed, exit 4" in final.body.decode()
+
+
+def test_a_server_that_rate_limits_is_reported_as_rate_limited_in_one_line(sqlite_project, hc):
+    project = sqlite_project
+    hc.hosted = True
+    ping_to(project, hc)
+    hc.add(slug="t_ok")
+    project.add_command("t_ok", "print('fine')")
+    runs = [project.run_job("t_ok") for _ in range(3)]  # 6 pings in a few seconds
+    assert [r.returncode for r in runs] == [0, 0, 0]
+    assert "rate-limited" not in runs[0].stderr + runs[1].stderr
+    lines = [line for line in runs[2].stderr.splitlines() if line.startswith("cronops:")]
+    assert len(lines) == 1 and "rate-limited" in lines[0], runs[2].stderr
+
+
+def test_a_uuid_ping_the_hosted_server_drops_is_reported_as_rate_limited(sqlite_project, hc):
+    project = sqlite_project
+    hc.hosted = True
+    project.write_env(HEALTHCHECKS_PING_URL=hc.ping_url)
+    check = hc.add(slug="t_ok")
+    project.add_command("t_ok", "print('fine')")
+    runs = [project.run_job(f"--ping={check.uuid}", "t_ok") for _ in range(3)]
+    assert "rate-limited" in runs[2].stderr
+    assert "OK (rate limited)" in runs[2].stderr
+
+
+# --- 9.15 secrets stay out of ping bodies and the history -----------------------------------
+
+STRIPE = "sk_live_" + "q7Zr" * 8
+DB_PASSWORD = "Pg-pass-" + "w0rd" * 4
+
+
+def _assert_no_secret(hc, project, secrets):
+    stored = b"".join(p.body for p in hc.pings).decode()
+    history = "".join(t or "" for (t,) in project.db.query("SELECT output_tail FROM ops_jobrun"))
+    notes = "".join(n or "" for (n,) in project.db.query("SELECT note FROM ops_jobrun"))
+    for secret in secrets:
+        for part in (secret, secret[: len(secret) // 2], secret[len(secret) // 2 :]):
+            assert part not in stored, f"part of a secret reached the ping body: {part!r}"
+            assert part not in history + notes, f"part of a secret reached the history: {part!r}"
+
+
+def test_no_known_secret_reaches_a_ping_body_or_the_history_from_diffsettings_or_environ(
+    pg_project, hc
+):
+    project = pg_project
+    # A database URL with a password (the test server trusts local connections and ignores it).
+    url = project.db.url.replace("postgres://postgres@", f"postgres://postgres:{DB_PASSWORD}@")
+    api_key = "hcw_" + "a1b2" * 7
+    ping_to(
+        project,
+        hc,
+        DATABASE_URL=url,
+        HEALTHCHECKS_API_KEY=api_key,
+        STRIPE_API_KEY=STRIPE,
+        OPS_REDACT="STRIPE_API_KEY",
+    )
+    hc.add(slug="diffsettings")
+    hc.add(slug="t_env")
+    hc.body_limit = 100_000
+    project.add_command("t_env", "print(dict(os.environ)); print(repr(os.environ))")
+    settings_run = project.run_job("diffsettings", "--all")
+    env_run = project.run_job("t_env")
+    assert settings_run.returncode == env_run.returncode == 0, settings_run.stderr
+    secrets = [project.settings["SECRET_KEY"], PING_KEY, api_key, DB_PASSWORD, url, STRIPE]
+    # The job's own output to cron's log stays the job's.
+    assert project.settings["SECRET_KEY"] in settings_run.stdout
+    assert STRIPE in env_run.stdout and DB_PASSWORD in env_run.stdout
+    _assert_no_secret(hc, project, secrets)
+    body = hc.pings_of("t_env")[-1].body.decode()
+    assert "<redacted STRIPE_API_KEY>" in body and "<redacted DATABASE_URL>" in body
+    assert "<redacted SECRET_KEY>" in hc.pings_of("diffsettings")[-1].body.decode()
+
+
+@pytest.mark.parametrize("split", [1, 8, 20])
+def test_a_secret_across_the_cut_leaks_no_part_of_itself(sqlite_project, hc, split):
+    project = sqlite_project
+    ping_to(project, hc, STRIPE_API_KEY=STRIPE, OPS_REDACT="STRIPE_API_KEY")
+    hc.add(slug="t_cut")
+    hc.body_limit = 1000
+    # The server keeps 1000 bytes: the body's cut falls `split` bytes into the secret.
+    project.add_command(
+        "t_cut",
+        f"""
+        time.sleep(1)  # the start's answer (with the limit) comes first
+        sys.stdout.write('a' * 5000 + {STRIPE!r} + 'z' * {1000 - len(STRIPE) + split - 1} + '\\n')
+        """,
+    )
+    assert project.run_job("t_cut").returncode == 0
+    body = hc.pings_of("t_cut")[-1].body
+    assert len(body) <= 1000
+    _assert_no_secret(hc, project, [STRIPE])
+
+
+def test_a_secret_straddling_the_ring_buffers_start_leaks_no_part():
+    secret = "s3cr3t-" + "v" * 20
+    redactor = Redactor({"X": secret})
+    for split in range(1, len(secret)):
+        tail = Tail(50, redactor=redactor)
+        tail.write(b"." * 100 + secret.encode() + b"-" * (50 - split))
+        data = tail.bytes()
+        assert len(data) <= 50
+        assert secret[-split:].encode() not in data, (split, data)
+
+
+def test_known_secrets_cover_the_keys_the_database_password_and_ops_redact():
+    from types import SimpleNamespace
+
+    settings = SimpleNamespace(
+        SECRET_KEY="k" * 50,
+        HEALTHCHECKS_PING_KEY="ping-key-123",
+        HEALTHCHECKS_API_KEY="a" * 32,
+        DATABASES={"default": {"PASSWORD": "pw-123456"}},
+        OPS_REDACT=["MY_TOKENS", "SHORT"],
+        MY_TOKENS={"a": "token-one-1", "b": "token-two-2"},
+        SHORT="abc",  # under 8 characters: not worth replacing everywhere
+    )
+    found = set(known_secrets(settings).values())
+    assert {"k" * 50, "ping-key-123", "a" * 32, "pw-123456", "token-one-1", "token-two-2"} <= found
+    assert "abc" not in found
+    redactor = Redactor({"P": "p@ss/word"})
+    assert redactor.bytes(b"postgres://u:p%40ss%2Fword@h/db") == b"postgres://u:<redacted P>@h/db"
+
+
+def test_every_databases_password_and_nested_ops_redact_values_are_secrets():
+    from types import SimpleNamespace
+
+    settings = SimpleNamespace(
+        SECRET_KEY="k" * 50,
+        HEALTHCHECKS_PING_KEY="",
+        HEALTHCHECKS_API_KEY="",
+        DATABASES={"default": {"PASSWORD": ""}, "replica": {"PASSWORD": "replica-Pw-123456"}},
+        OPS_REDACT=["PAYMENT"],
+        PAYMENT={"stripe": {"live": ["sk-live-0123456789"]}},
+    )
+    found = known_secrets(settings)
+    assert found["the replica database password"] == "replica-Pw-123456"
+    assert "sk-live-0123456789" in found.values()
+
+
+def test_a_passphrase_wrapped_over_lines_is_redacted_whole():
+    secret = "correct horse battery staple is my secret key 2026 yes"
+    redactor = Redactor({"SECRET_KEY": secret})
+    import textwrap
+
+    for printed in (textwrap.fill(f"key={secret}", 20), f"key = {secret}\n", "x\n" + secret):
+        out = redactor.text(printed)
+        assert "<redacted SECRET_KEY>" in out, out
+        for word in ("horse", "staple", "2026 yes"):
+            assert word not in out, out
+
+
+def test_a_secret_passed_as_an_argument_is_not_kept_in_the_history(sqlite_project, hc):
+    project = sqlite_project
+    ping_to(project, hc, STRIPE_API_KEY=STRIPE, OPS_REDACT="STRIPE_API_KEY")
+    hc.add(slug="t_arg")
+    project.add_command("t_arg", "print('charged')", "parser.add_argument('key')")
+    assert project.run_job("t_arg", STRIPE).returncode == 0
+    [(command,)] = project.db.query("SELECT command FROM ops_jobrun")
+    assert STRIPE not in command
+    assert command == "t_arg <redacted STRIPE_API_KEY>"
+
+
+def test_catch_up_before_a_slot_held_elsewhere_sends_the_log_then_one_summary(sqlite_project, hc):
+    """The current slot busy in another run (a second checkout on this machine): the missed
+    days still run, then one /log for the busy slot and one summary; never a ping per day.
+    (A current slot already *done* leaves nothing to catch up: it is the catch-up floor.)"""
+    import datetime as dt
+
+    project = sqlite_project
+    ping_to(project, hc)
+    check = hc.add(slug="t_daily")
+    project.add_command(
+        "t_daily",
+        """
+        print('charged', options['logical_date'], flush=True)
+        from django.conf import settings
+        hold = settings.BASE_DIR / 'hold'
+        while hold.exists() and hold.read_text() == options['logical_date']:
+            time.sleep(0.05)
+        """,
+        "parser.add_argument('--logical-date')",
+    )
+    project.write_cron("t.cron", "0 0 * * * --catch-up=3 t_daily\n")
+    today = dt.datetime.now(dt.UTC).date()
+    first = today - dt.timedelta(days=3)
+    assert project.run_job(f"--logical-date={first}", "t_daily").returncode == 0
+    (project.dir / "hold").write_text(today.isoformat())
+    holder = project.popen(
+        "run_job",
+        "--no-ping",
+        f"--logical-date={today}",
+        "t_daily",
+        env={"OPS_LOCK_DIR": project.dir / "lock2"},
+    )
+    try:
+        assert "charged" in holder.stdout.readline()  # holds today's slot
+        before = len(hc.pings_of("t_daily"))
+        result = project.run_job("t_daily")
+    finally:
+        (project.dir / "hold").unlink()
+        holder.wait(30)
+    assert result.returncode == 75, result.stderr
+    assert result.stdout.count("charged") == 2  # the two missed days, oldest first
+    log, summary = hc.pings_of("t_daily")[before:]
+    assert log.action == "log" and log.body.decode().startswith("skipped: running since ")
+    assert (summary.kind, summary.action) == ("success", "success")
+    assert summary.body.decode().count(": succeeded") == 2
+    assert check.state == "up"
+
+
+def test_the_system_check_warns_about_an_ops_redact_name_that_names_nothing(settings, monkeypatch):
+    from ops.checks import check_redact_names
+
+    settings.OPS_REDACT = ["STRIPE_API_KEY", "STRIPE_APIKEY"]
+    monkeypatch.setenv("STRIPE_API_KEY", STRIPE)
+    monkeypatch.delenv("STRIPE_APIKEY", raising=False)
+    [warning] = check_redact_names()
+    assert warning.id == "ops.W006"
+    assert "STRIPE_APIKEY" in warning.msg and STRIPE not in warning.msg + warning.hint
