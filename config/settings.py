@@ -1,20 +1,24 @@
-"""Django settings for the cronops project.
+"""Django settings of the example project: what an adopter's settings need for cronops.
 
-Everything a deploy changes comes from the environment or from `.env` beside manage.py
-(cron's environment is bare, so the file is loaded here, by every process).
+cronops itself needs two things here: "ops" in INSTALLED_APPS and the `load_env` line (cron's
+environment is bare, so `.env` beside manage.py is loaded by every process, cron's included).
+Every cronops setting (OPS_*, HEALTHCHECKS_*) has a default and is read from the environment
+when it is not a setting (ops/conf.py, docs/settings.md): none is repeated below. The rest is
+this example's own: a database from DATABASE_URL, SQLite tuned for many cron processes, and
+WhiteNoise for the admin's static files.
 """
 
 import os
-import socket
 from pathlib import Path
 
 import dj_database_url
-from dotenv import load_dotenv
+
+from ops.env import load_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-# The real environment wins over .env, so a deploy (or a test) can override one value.
-load_dotenv(BASE_DIR / ".env", override=False)
+# The real environment wins over .env, and `$` or `${` in a value is kept as written.
+load_env(BASE_DIR / ".env")
 
 
 def env_bool(name: str, default: bool = False) -> bool:
@@ -22,12 +26,6 @@ def env_bool(name: str, default: bool = False) -> bool:
     if not value:
         return default
     return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_path(name: str, default: Path) -> Path:
-    value = os.environ.get(name, "")
-    path = Path(value) if value else default
-    return path if path.is_absolute() else BASE_DIR / path
 
 
 # A random key per process would break admin sessions; an explicit one comes from .env.
@@ -48,6 +46,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's CSS) from STATIC_ROOT, filled by `collectstatic` at deploy:
+    # Django itself serves them only with DEBUG on, and nothing else here is a web server.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -74,7 +75,8 @@ TEMPLATES = [
     },
 ]
 
-VAR_DIR = env_path("OPS_VAR_DIR", BASE_DIR / "var")
+# OPS_VAR_DIR is also where cronops keeps its lock and log directories by default.
+VAR_DIR = BASE_DIR / (os.environ.get("OPS_VAR_DIR") or "var")
 SQLITE_DEFAULT = f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
 DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL") or SQLITE_DEFAULT)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -100,27 +102,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
-
-# cronops (see README, "Settings")
-OPS_CRONTAB_DIR = env_path("OPS_CRONTAB_DIR", BASE_DIR / "crontab.d")
-OPS_LOCK_DIR = env_path("OPS_LOCK_DIR", VAR_DIR / "lock")
-OPS_LOG_DIR = env_path("OPS_LOG_DIR", VAR_DIR / "log")
-OPS_HOST = os.environ.get("OPS_HOST") or socket.gethostname()
-OPS_CRONTAB_ID = os.environ.get("OPS_CRONTAB_ID") or ""
-OPS_HEARTBEAT_SECONDS = float(os.environ.get("OPS_HEARTBEAT_SECONDS") or 30)
-OPS_PING_BUDGET_SECONDS = float(os.environ.get("OPS_PING_BUDGET_SECONDS") or 10)
-# How late a slot may succeed before job_status calls it overdue, for jobs without --timeout.
-OPS_DEFAULT_GRACE = os.environ.get("OPS_DEFAULT_GRACE") or "1h"
-# The healthchecks.io tag that names this project's checks (default: cronops-<directory>).
-OPS_HC_TAG = os.environ.get("OPS_HC_TAG") or ""
-
-HEALTHCHECKS_PING_URL = os.environ.get("HEALTHCHECKS_PING_URL") or "https://hc-ping.com/"
-HEALTHCHECKS_PING_KEY = os.environ.get("HEALTHCHECKS_PING_KEY") or ""
-HEALTHCHECKS_AUTO_CREATE = env_bool("HEALTHCHECKS_AUTO_CREATE")
-HEALTHCHECKS_API_URL = os.environ.get("HEALTHCHECKS_API_URL") or "https://healthchecks.io/api/v3/"
-HEALTHCHECKS_API_KEY = os.environ.get("HEALTHCHECKS_API_KEY") or ""
-HEALTHCHECKS_CHANNELS = os.environ.get("HEALTHCHECKS_CHANNELS") or "*"
+STATIC_ROOT = VAR_DIR / "static"  # `manage.py collectstatic` (the deploy runs it)
 
 LOGGING = {
     "version": 1,

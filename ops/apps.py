@@ -6,5 +6,5 @@ class OpsConfig(AppConfig):
     verbose_name = "cron operations"
     default_auto_field = "django.db.models.BigAutoField"
 
-    def ready(self):
+    def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)

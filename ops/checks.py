@@ -6,20 +6,102 @@
 | ops.E003 | error | OPS_LOCK_DIR cannot be created or written |
 | ops.E004 | error | OPS_LOG_DIR cannot be created or written |
 | ops.E005 | error | `.env` is readable by other users (world-readable) |
+| ops.E006 | error | a cronops setting has a value it cannot use (ops/conf.py) |
+| ops.E007 | error | settings.BASE_DIR is not defined (the paths' defaults come from it) |
+| ops.E008 | error | USE_TZ is off (slots and runs are stored as aware datetimes) |
+| ops.E009 | error | TIME_ZONE is not a time zone Python knows |
 | ops.W001 | warning | healthchecks.io pings are not configured for scheduled jobs |
-| ops.W002 | warning | `.env` is readable by its group |
+| ops.W002 | warning | `.env` is readable by its group (unless root owns it and the group is ours) |
 | ops.W003 | warning | the system time zone differs from TIME_ZONE (install_crontab refuses) |
+| ops.W004 | warning | OPS_CRONTAB_DIR does not exist: nothing is scheduled yet |
+| ops.W005 | warning | BASE_DIR has no manage.py, which every installed cron line runs |
+| ops.W006 | warning | a name in OPS_REDACT is neither a setting nor an environment variable |
+| ops.W010 | warning | TIME_ZONE is a legacy tzdata name (`US/Eastern`: the server stores another) |
+
+A check whose setting is broken (E006, E007) skips what depends on it instead of failing on it.
+Whether the database has cronops' tables is not a system check (`migrate` runs the checks
+before it migrates): run_job, job_status and install_crontab say so themselves.
 """
 
+import grp
 import os
 import stat
+import zoneinfo
 from pathlib import Path
 
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from .crontab import redact, secrets_of, tz_hint, tz_mismatch
+from . import conf
+from .crontab import redact, tz_hint, tz_mismatch
 from .crontabd import CrontabError, load_schedule
+from .redact import known_secrets, unknown_names
+from .tznames import current_name
+
+SETTINGS_HINT = "see docs/settings.md for every cronops setting and its default"
+
+
+def _or_none(getter):
+    """The getter's value, or None when its setting is broken (reported by check_settings)."""
+    try:
+        return getter()
+    except conf.SettingError:
+        return None
+
+
+def _time_zone() -> str | None:
+    """TIME_ZONE when Python can load it, else None (reported by check_time_zone)."""
+    name = getattr(settings, "TIME_ZONE", None)
+    if not isinstance(name, str):
+        return None  # what ZoneInfo's TypeError below said before
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (TypeError, ValueError, zoneinfo.ZoneInfoNotFoundError):
+        return None
+    return name
+
+
+@register(Tags.compatibility, deploy=False)
+def check_settings(app_configs=None, **kwargs):
+    messages = []
+    for problem in conf.problems():
+        if problem.name == "BASE_DIR":
+            messages.append(
+                Error(
+                    "settings.BASE_DIR is not defined",
+                    hint=f"{str(problem).split(': ', 2)[-1]}; or set OPS_CRONTAB_DIR, "
+                    "OPS_LOCK_DIR and OPS_LOG_DIR to absolute paths (install_crontab still "
+                    "needs BASE_DIR to find manage.py)",
+                    id="ops.E007",
+                )
+            )
+        else:
+            messages.append(Error(str(problem), hint=SETTINGS_HINT, id="ops.E006"))
+    return messages
+
+
+@register(Tags.compatibility, deploy=False)
+def check_time_zone(app_configs=None, **kwargs):
+    messages = []
+    if not getattr(settings, "USE_TZ", False):
+        messages.append(
+            Error(
+                "USE_TZ is off: cronops stores every slot and run as an aware datetime",
+                hint="set USE_TZ = True (Django's default since 5.0); TIME_ZONE says which zone "
+                "the schedules are in",
+                id="ops.E008",
+            )
+        )
+    if _time_zone() is None:
+        messages.append(
+            Error(
+                f"TIME_ZONE {getattr(settings, 'TIME_ZONE', None)!r} is not a time zone "
+                "Python knows: schedules and logical dates are computed in it",
+                hint="an IANA name such as UTC or Europe/Berlin (Debian: the tzdata package)",
+                id="ops.E009",
+            )
+        )
+    return messages
 
 
 def _schedule():
@@ -31,19 +113,41 @@ def _schedule():
 
 @register(Tags.compatibility, deploy=False)
 def check_crontabd(app_configs=None, **kwargs):
+    directory = _or_none(conf.crontab_dir)
+    if directory is None:
+        return []  # check_settings says why
+    if not directory.is_dir():
+        return [
+            Warning(
+                f"OPS_CRONTAB_DIR {directory} does not exist: no job is scheduled",
+                hint="create it with a first *.cron file (README, 'Add cronops to your "
+                "project'), or set OPS_CRONTAB_DIR; install_crontab refuses until it exists",
+                id="ops.W004",
+            )
+        ]
     schedule, error = _schedule()
-    messages = []
+    messages: list[CheckMessage] = []
     if error is not None:
         messages.append(
             Error(
-                redact(f"crontab.d: {error}", secrets_of(settings)),
+                redact(f"crontab.d: {error}", known_secrets(settings)),
                 hint="fix that line (format: README, 'The schedule'); install_crontab refuses "
                 "to install until it is valid",
                 id="ops.E001",
             )
         )
     if schedule is not None and schedule.jobs:
-        problem = tz_mismatch(settings.TIME_ZONE)
+        base = _or_none(conf.base_dir)
+        if base is not None and not (base / "manage.py").is_file():
+            messages.append(
+                Warning(
+                    f"{base / 'manage.py'} does not exist: every installed cron line runs "
+                    "manage.py in BASE_DIR",
+                    hint="set BASE_DIR to the directory of manage.py (startproject's settings do)",
+                    id="ops.W005",
+                )
+            )
+        problem = tz_mismatch(settings.TIME_ZONE) if _time_zone() else None
         if problem:
             # A warning, not an error: a laptop in another zone must still migrate and
             # runserver; install_crontab, where the mismatch does harm, refuses outright.
@@ -55,7 +159,7 @@ def check_crontabd(app_configs=None, **kwargs):
                 )
             )
         unpinged = [j.name for j in schedule.jobs if not (j.options.ping or j.options.no_ping)]
-        if unpinged and not settings.HEALTHCHECKS_PING_KEY:
+        if unpinged and not _or_none(conf.ping_key):
             messages.append(
                 Warning(
                     f"healthchecks.io pings are not configured: {len(unpinged)} scheduled "
@@ -66,6 +170,40 @@ def check_crontabd(app_configs=None, **kwargs):
                 )
             )
     return messages
+
+
+@register(Tags.security, deploy=False)
+def check_redact_names(app_configs=None, **kwargs):
+    try:
+        unknown = unknown_names(settings)
+    except conf.SettingError:
+        return []  # E006 says it
+    return [
+        Warning(
+            f"OPS_REDACT names {name}, which is neither a Django setting nor an environment "
+            "variable: nothing is redacted for it",
+            hint="check the spelling; the value is read from settings, else from .env",
+            id="ops.W006",
+        )
+        for name in unknown
+    ]
+
+
+@register(Tags.compatibility, deploy=False)
+def check_time_zone_name(app_configs=None, **kwargs):
+    if _time_zone() is None:
+        return []
+    current = current_name(settings.TIME_ZONE)
+    if current is None:
+        return []
+    return [
+        Warning(
+            f"TIME_ZONE {settings.TIME_ZONE!r} is a legacy name of {current!r}",
+            hint=f"set TIME_ZONE={current} in .env: healthchecks.io stores the current name "
+            "(sync_healthchecks compares in that form), and tzdata may drop the old one",
+            id="ops.W010",
+        )
+    ]
 
 
 def _writable_dir_problem(path: Path) -> str | None:
@@ -90,11 +228,17 @@ def _writable_dir_problem(path: Path) -> str | None:
 @register(Tags.compatibility, deploy=False)
 def check_directories(app_configs=None, **kwargs):
     messages = []
-    for setting, error_id, why in (
-        ("OPS_LOCK_DIR", "ops.E003", "run_job takes each job's lock there"),
-        ("OPS_LOG_DIR", "ops.E004", "installed cron lines append each job's output there"),
+    for setting, getter, error_id, why in (
+        ("OPS_LOCK_DIR", conf.lock_dir, "ops.E003", "run_job takes each job's lock there"),
+        (
+            "OPS_LOG_DIR",
+            conf.log_dir,
+            "ops.E004",
+            "installed cron lines log each job's output there",
+        ),
     ):
-        problem = _writable_dir_problem(getattr(settings, setting))
+        directory = _or_none(getter)
+        problem = _writable_dir_problem(directory) if directory is not None else None
         if problem:
             messages.append(
                 Error(
@@ -108,16 +252,41 @@ def check_directories(app_configs=None, **kwargs):
 
 @register(Tags.security, deploy=False)
 def check_env_file(app_configs=None, **kwargs):
-    path = Path(settings.BASE_DIR) / ".env"
+    base = _or_none(conf.base_dir)
+    if base is None:
+        return []
+    path = base / ".env"
     try:
-        mode = path.stat().st_mode
+        info = path.stat()
     except OSError:
         return []
-    hint = f"chmod 600 {path} (it holds SECRET_KEY, the database URL and the healthchecks keys)"
-    if mode & stat.S_IROTH:
+    hint = (
+        f"chmod 600 {path}, or chown root:<the app's group> and chmod 640 as the Ansible deploy "
+        "does (it holds SECRET_KEY, the database URL and the healthchecks keys)"
+    )
+    if info.st_mode & stat.S_IROTH:
         return [
             Error(f"{path} is readable by every user on this machine", hint=hint, id="ops.E005")
         ]
-    if mode & stat.S_IRGRP:
-        return [Warning(f"{path} is readable by its group", hint=hint, id="ops.W002")]
+    if info.st_mode & stat.S_IRGRP and not _root_owned_for_us(info):
+        return [
+            Warning(
+                f"{path} is readable by its group {_group_name(info.st_gid)}",
+                hint=hint,
+                id="ops.W002",
+            )
+        ]
     return []
+
+
+def _root_owned_for_us(info: os.stat_result) -> bool:
+    """The deploy's layout: root owns `.env`, its group is this process's, so the app can read
+    its configuration but not rewrite it."""
+    return info.st_uid == 0 and (info.st_gid == os.getegid() or info.st_gid in os.getgroups())
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)

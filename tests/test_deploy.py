@@ -5,9 +5,12 @@ test run, removed afterwards with the user's crontab and logrotate rule). It ins
 packages, sets the system time zone to the one the machine already has (so the test does not
 change it), builds the virtualenv from PyPI and installs the crontab. Then, as the app user:
 the virtualenv imports the project, migrations are applied, `manage.py check` passes, the
-billing job runs by hand and from the installed cron line, and `.env` is 0600. A second deploy
+billing job runs by hand and from the installed cron line, and `.env` is root's, readable by
+the app's group (0640) and carries a secret full of `$`, `${`, `#`, quotes and spaces intact. A
+second deploy
 changes nothing, `--check --diff` reports nothing to do (and shows the crontab diff of a
-changed schedule without applying it), a deploy from git gives the same result, a deploy with
+changed schedule without applying it), a deploy from git gives the same result (also from an
+http URL with a token, which shows up in no output and is stored nowhere), a deploy with
 a healthchecks.io API key syncs the checks (to a fake API on 127.0.0.1), and a deploy of a
 broken crontab.d fails at the install step, naming `file:line`, with the crontab of the
 previous deploy still in place.
@@ -29,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, require
+from tests.conftest import REPO, require, untracked_ignore
 from tests.test_sync_healthchecks import API_KEY, FakeHealthchecks
 
 pytestmark = pytest.mark.slow
@@ -38,12 +41,12 @@ ANSIBLE_DIR = REPO / "ansible"
 BIN = Path(sys.executable).parent
 PLAYBOOK = BIN / "ansible-playbook"
 TARGET_PYTHON = "/usr/bin/python3"  # Debian's, not the pyenv shim `python3` may resolve to
-SNAPSHOT_IGNORE = shutil.ignore_patterns(
-    ".git", ".venv", "var", ".env", "__pycache__", "*.pyc", "build", "*.egg-info",
-    ".pytest_cache", ".ruff_cache",
-)  # fmt: skip
-# Quotes, a hash, a dollar and a backslash: .env must carry it to Django unchanged.
-SECRET_KEY = "deploy-s3cr3t-'quoted' #not-a-comment $HOME \\back-" + uuid.uuid4().hex
+SNAPSHOT_IGNORE = untracked_ignore()  # a git deploy of the snapshot must give the same tree
+# Quotes, a hash, dollars, `${`, spaces and a backslash: .env must carry it to Django unchanged.
+SECRET_KEY = (
+    "deploy-s3cr3t-'quoted' \"double\" #not-a-comment $HOME ${HOME} ${UNSET:-x} ${ two  spaces "
+    "\\back-" + uuid.uuid4().hex
+)
 SECRET_MARK = SECRET_KEY.rsplit("-", 1)[1]  # what must never appear in ansible's output
 RECAP = re.compile(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
 
@@ -61,13 +64,14 @@ def machine_time_zone() -> str:
 class Deployment:
     """One throwaway app user and directory, and the playbook runs made into them."""
 
-    def __init__(self, scratch: Path):
+    def __init__(self, scratch: Path, tree: Path | None = None):
         tag = uuid.uuid4().hex[:8]
         self.user = f"cronopst{tag}"
         self.dir = Path(f"/srv/cronops-test-{tag}")
         self.scratch = scratch
         self.tree = scratch / "tree"
-        shutil.copytree(REPO, self.tree, ignore=SNAPSHOT_IGNORE)  # a snapshot: others edit REPO
+        # A snapshot of this repository (others edit REPO), or the tree of another project.
+        shutil.copytree(tree or REPO, self.tree, ignore=SNAPSHOT_IGNORE)
         for here, _, _ in sorted(os.walk(self.tree), reverse=True):  # as git would check it out
             if not os.listdir(here):
                 os.rmdir(here)
@@ -208,12 +212,17 @@ def test_a_first_deploy_succeeds_without_showing_a_secret(deployment):
 
 def test_the_virtualenv_imports_the_installed_project_as_the_app_user(deployment):
     python = str(deployment.dir / ".venv/bin/python")
-    code = "import django, ops, commands, config; print(ops.__file__, django.get_version())"
+    code = (
+        "import django, ops, importlib.util as u; print(ops.__file__, django.get_version(), "
+        "u.find_spec('commands') is None, u.find_spec('config') is None)"
+    )
     result = deployment.as_user(python, "-c", code, cwd=Path("/"))
     assert result.returncode == 0, result.stderr
-    where, version = result.stdout.split()
+    where, version, *example_absent = result.stdout.split()
     assert where.startswith(f"{deployment.dir}/.venv/lib/")  # pip install ., not the tree
     assert version.startswith(("5.", "6."))
+    # The example project is not installed: manage.py imports it from the project directory.
+    assert example_absent == ["True", "True"]
 
 
 def test_migrations_are_applied(deployment):
@@ -226,19 +235,23 @@ def test_manage_py_check_passes_as_the_app_user(deployment):
     result = deployment.manage("check")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ERROR" not in result.stdout + result.stderr
+    assert "ops.W002" not in result.stdout + result.stderr  # root:<app group> 0640 is the layout
 
 
-def test_env_holds_the_settings_and_only_the_app_user_can_read_it(deployment):
+def test_env_holds_the_settings_and_the_app_can_read_but_not_rewrite_it(deployment):
     env_file = deployment.dir / ".env"
     stat = env_file.stat()
-    assert oct(stat.st_mode & 0o777) == "0o600"
+    assert oct(stat.st_mode & 0o777) == "0o640"
     assert (stat.st_uid, stat.st_gid) == (
-        int(subprocess.check_output(["id", "-u", deployment.user])),
+        0,
         int(subprocess.check_output(["id", "-g", deployment.user])),
     )
+    assert deployment.as_user("test", "-r", str(env_file)).returncode == 0
+    assert deployment.as_user("test", "-w", str(env_file)).returncode == 1
     code = (
         "from django.conf import settings; import sys; "
-        "print(settings.SECRET_KEY == sys.argv[1], settings.TIME_ZONE, settings.OPS_HOST)"
+        "from ops import conf; "
+        "print(settings.SECRET_KEY == sys.argv[1], settings.TIME_ZONE, conf.host())"
     )
     result = deployment.manage(
         "shell", "-v", "0", "-c", code.replace("sys.argv[1]", repr(SECRET_KEY))
@@ -262,10 +275,13 @@ def test_the_app_users_crontab_holds_the_managed_block(deployment):
     crontab = deployment.crontab()
     assert f"# BEGIN cronops {deployment.dir}" in crontab
     assert f"# END cronops {deployment.dir}" in crontab
-    charge = [line for line in crontab.splitlines() if line.endswith("/charge_daily.log 2>&1")]
+    charge = [line for line in crontab.split("\n") if line.endswith(" charge_daily")]
     assert len(charge) == 1
     assert charge[0].startswith("0 3 * * * ")
-    assert f"{deployment.dir}/.venv/bin/python {deployment.dir}/manage.py run_job" in charge[0]
+    log = f"--log={deployment.dir}/var/log/charge_daily.log"
+    assert (
+        f"{deployment.dir}/.venv/bin/python {deployment.dir}/manage.py run_job {log} " in charge[0]
+    )
     assert "SECRET" not in crontab and SECRET_MARK not in crontab
 
 
@@ -341,6 +357,87 @@ def test_a_deploy_from_git_at_a_commit_installs_the_same_tree(deployment):
         f"cronops : Check out {sha}",
     ]
     assert "crontab up to date" in result.stdout
+    deployment.repo, deployment.sha = repo, sha
+
+
+class GitOverHttp:
+    """A git repository served over HTTP on 127.0.0.1 (git's "dumb" protocol: static files)
+    behind Basic authentication, like a private repository reached with a token."""
+
+    def __init__(self, repo: Path, scratch: Path, user: str, token: str):
+        import base64
+        import functools
+        import http.server
+        import threading
+
+        self.bare = scratch / "served" / "repo.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(self.bare)], check=True)
+        subprocess.run(["git", "--git-dir", str(self.bare), "update-server-info"], check=True)
+        expected = "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+        self.authorizations: list[str | None] = []
+        seen = self.authorizations
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(self.headers.get("Authorization"))
+                if self.headers.get("Authorization") != expected:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="git"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        handler = functools.partial(Handler, directory=str(self.bare.parent))
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/repo.git"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_token_in_the_git_url_is_in_no_output_and_stored_nowhere_on_the_server(deployment):
+    """The git task had no `no_log`, and the token stayed in the checkout's .git/config
+    (remote.origin.url), readable by every local user."""
+    token = "glpat-" + uuid.uuid4().hex
+    server = GitOverHttp(deployment.repo, deployment.scratch, "oauth2", token)
+    try:
+        source = server.url.replace("http://", f"http://oauth2:{token}@")
+        result = deployment.playbook(
+            "git-token", cronops_source=source, cronops_version=deployment.sha
+        )
+        wrong = deployment.playbook(
+            "git-wrong-token",
+            cronops_source=source.replace(token, "wrong-token"),
+            cronops_version=deployment.sha,
+        )
+    finally:
+        server.close()
+
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert token not in result.stdout + result.stderr
+    assert "crontab up to date" in result.stdout  # the same commit as from file://
+    checkout = Path(f"/var/cache/cronops/{deployment.user}/checkout")
+    config = subprocess.run(
+        ["git", "-C", str(checkout), "config", "remote.origin.url"], capture_output=True, text=True
+    )
+    assert config.stdout.strip() == server.url
+    for here, _, files in os.walk(checkout):
+        for name in files:
+            assert token.encode() not in (Path(here) / name).read_bytes(), Path(here) / name
+    parent = checkout.parent.stat()
+    assert (parent.st_uid, oct(parent.st_mode & 0o777)) == (0, "0o700")
+    # The credential went as a header with every request, not as a URL in a file.
+    assert server.authorizations and all(a is not None for a in server.authorizations)
+    # A refused token fails the deploy with git's reason, still without showing a credential.
+    assert wrong.returncode != 0
+    assert f"getting {deployment.sha} from {server.url} failed" in wrong.stdout
+    assert "wrong-token" not in wrong.stdout + wrong.stderr
 
 
 def test_a_deploy_with_an_api_key_syncs_the_healthchecks_checks(deployment, httpserver):
@@ -354,7 +451,7 @@ def test_a_deploy_with_an_api_key_syncs_the_healthchecks_checks(deployment, http
     result = deployment.playbook("healthchecks", cronops_env=env)
     assert result.returncode == 0, result.stdout[-6000:]
     assert changed_tasks(result) == [
-        "cronops : Write .env (owned by the app user, mode 0600, never shown)",
+        "cronops : Write .env (root-owned, readable by the app's group, never shown)",
         "cronops : Sync the healthchecks.io checks",
     ]
     assert {"charge_daily", "clear-sessions"} <= {c["slug"] for c in hc.checks.values()}
@@ -389,3 +486,121 @@ def test_every_deploy_took_a_reasonable_time(deployment):
     print("deploy durations:", {k: round(v, 1) for k, v in deployment.durations.items()})
     assert deployment.durations["first"] < 600
     assert deployment.durations.get("second", 0) < 180
+
+
+# --- another project: `mysite` of tests/test_adopt.py, deployed with the same role ----------
+
+
+# docs/settings.md: manage.py reads .env before it picks its settings module.
+MANAGE_PY_LOADS_ENV = """\
+    from pathlib import Path
+
+    from ops.env import load_env
+
+    load_env(Path(__file__).resolve().parent / ".env")
+"""
+
+
+def mysite_repository(scratch: Path) -> Path:
+    """A repository holding a startproject project in `mysite/` (manage.py one level down), with
+    cronops added as the README says, production settings that keep the database in var/, a
+    manage.py that reads .env first (docs/settings.md), and a requirements file naming the
+    built wheel, vendored in the repository as a project would until cronops is on PyPI."""
+    from .adopt import WHEEL_NAME, add_cronops, build_dist, start_project, user_env, write_schedule
+
+    repo = scratch / "mysite-repo"
+    repo.mkdir()
+    (repo / "wheels").mkdir()
+    shutil.copy2(build_dist(scratch / "build") / WHEEL_NAME, repo / "wheels" / WHEEL_NAME)
+    (repo / "requirements.txt").write_text(f"Django>=5.2,<7\n./wheels/{WHEEL_NAME}\n")
+    # TIME_ZONE: the machine's, which the deploy keeps (cronops_time_zone, see Deployment).
+    project = start_project(repo, user_env(Path(sys.executable).parent.parent), machine_time_zone())
+    add_cronops(project)
+    write_schedule(project)
+    (project / "mysite" / "settings_prod.py").write_text(
+        "from .settings import *  # noqa: F403\n\n"
+        "# The project directory is root's: the database lives in var/, the app user's.\n"
+        'DATABASES["default"]["NAME"] = BASE_DIR.parent / "var" / "db.sqlite3"  # noqa: F405\n'
+    )
+    manage = project / "manage.py"
+    text, found = re.subn(
+        r"^(    os\.environ\.setdefault\(.DJANGO_SETTINGS_MODULE.)",
+        lambda m: MANAGE_PY_LOADS_ENV + m.group(1),
+        manage.read_text(),
+        flags=re.M,
+    )
+    assert found == 1, text
+    manage.write_text(text)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def mysite_deployment(tmp_path_factory):
+    require(os.geteuid() == 0, "the deploy test runs the playbook as root on this machine")
+    require(PLAYBOOK.exists(), "ansible-core is not installed (pip install -e '.[dev]')")
+    require(Path(TARGET_PYTHON).exists(), f"{TARGET_PYTHON} (Debian's python3) is missing")
+    require(shutil.which("apt-get") is not None, "the deploy targets Debian (apt-get)")
+    scratch = tmp_path_factory.mktemp("deploy-mysite")
+    deployment = Deployment(scratch, tree=mysite_repository(scratch))
+    deployment.mysite = {
+        "cronops_manage_py": "mysite/manage.py",
+        "cronops_settings_module": "mysite.settings_prod",
+        "cronops_requirements_file": "requirements.txt",
+        "cronops_pip_packages": [],
+        "cronops_collectstatic": False,
+        "cronops_env": {"OPS_HOST": "mysite-test"},
+    }
+    try:
+        deployment.first = deployment.playbook("mysite-first", **deployment.mysite)
+        yield deployment
+    finally:
+        deployment.remove()
+
+
+def test_a_startproject_project_deploys_and_its_job_runs_from_the_cron_line(mysite_deployment):
+    deployment = mysite_deployment
+    result = deployment.first
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    site = deployment.dir / "mysite"
+    env_file = (site / ".env").read_text()
+    assert 'DJANGO_SETTINGS_MODULE="mysite.settings_prod"' in env_file
+    [line] = [x for x in deployment.crontab().splitlines() if x.endswith(" send_reminders")]
+    assert line.startswith("0 9 * * * ")
+    log = f"--log={deployment.dir}/var/log/send_reminders.log"
+    assert f"{deployment.dir}/.venv/bin/python {site}/manage.py run_job {log} " in line
+    # cronops came from the vendored wheel: ops is in the virtualenv, the project is not.
+    code = "import ops, importlib.util as u; print(ops.__file__, u.find_spec('shop') is None)"
+    where = deployment.as_user(str(deployment.dir / ".venv/bin/python"), "-c", code, cwd=Path("/"))
+    assert where.returncode == 0, where.stderr
+    module, shop_absent = where.stdout.split()
+    assert module.startswith(f"{deployment.dir}/.venv/lib/") and shop_absent == "True"
+
+    # The installed line as cron runs it (/bin/sh -c, bare environment): settings_prod is the
+    # one that keeps the database in var/, where the claim lands.
+    from_cron = deployment.as_user("/bin/sh", "-c", line.split(None, 5)[5])
+    assert from_cron.returncode == 0, from_cron.stderr
+    assert "reminded 3 customers" in (deployment.dir / "var/log/send_reminders.log").read_text()
+    assert deployment.query("SELECT job, state, host FROM ops_slotclaim") == [
+        ("send_reminders", "succeeded", "mysite-test")
+    ]
+
+
+def test_a_settings_module_that_cron_would_not_see_fails_the_deploy(mysite_deployment):
+    """Without manage.py reading .env first, cron's runs would use manage.py's default
+    settings module, not cronops_settings_module: the deploy says so and stops."""
+    deployment = mysite_deployment
+    tree = deployment.scratch / "mysite-no-load-env"
+    shutil.copytree(deployment.tree, tree)
+    manage = tree / "mysite" / "manage.py"
+    assert MANAGE_PY_LOADS_ENV in manage.read_text()
+    manage.write_text(manage.read_text().replace(MANAGE_PY_LOADS_ENV, ""))
+    before = deployment.crontab()
+
+    result = deployment.playbook("mysite-no-load-env", cronops_source=str(tree), **{
+        k: v for k, v in deployment.mysite.items() if k != "cronops_source"
+    })  # fmt: skip
+
+    assert result.returncode != 0
+    assert "Under cron (a bare environment) manage.py uses mysite.settings, not" in result.stdout
+    assert "mysite.settings_prod" in result.stdout
+    assert deployment.crontab() == before  # stopped before install_crontab
