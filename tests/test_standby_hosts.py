@@ -1,0 +1,235 @@
+"""The same crontab on three servers: one runs the slot, the others stand by.
+
+Each "server" is a deployed copy of the project (own .env, OPS_HOST, lock directory) running
+`manage.py run_job` in a network namespace and a pid namespace of its own (tests/netns.py), so
+it is another machine to the holder identity: only the heartbeat tells whether its run is
+alive. They share one PostgreSQL database, reached through a forwarder on each host's link, so
+a host can be cut off from it (`ip link set … down`). Heartbeats every second.
+"""
+
+import os
+import signal
+import subprocess
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from .conftest import Project, base_env, copy_tree, require
+from .netns import Network, available, inner_pid
+
+HEARTBEAT = 1
+# Appends its pid to RAN_FILE, then works while the file `hold` is in its project directory
+# (the "long run" a test interrupts), for at most two minutes.
+JOB = """
+from django.conf import settings
+from ops import conf
+with open(os.environ["RAN_FILE"], "a") as f:
+    f.write(f"{conf.host()}\\n")
+print("working", flush=True)
+deadline = time.monotonic() + 120
+while (settings.BASE_DIR / "hold").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(float(os.environ.get("WORK_SECONDS", "0")))
+print("done", flush=True)
+"""
+CRON = "0 0 * * * --standby t_job\n"
+
+
+class Server:
+    """One deployed copy on one namespaced host."""
+
+    def __init__(self, project: Project, host, ran: Path):
+        self.project, self.host, self.ran = project, host, ran
+        self.proc: subprocess.Popen | None = None
+        self.pid = 0  # run_job's pid in the root namespace
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    def start(self, *args: str) -> "Server":
+        argv = self.host.wrap(self.project.command("run_job", *args, "t_job"))
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=self.project.dir,
+            env=base_env(RAN_FILE=self.ran),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.pid = inner_pid(self.proc)
+        return self
+
+    def wait(self, timeout: float = 90) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+    def hold(self) -> None:
+        (self.project.dir / "hold").touch()
+
+    def release(self) -> None:
+        (self.project.dir / "hold").unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    pass
+            self.proc.kill()
+            self.proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def servers(pg_project, tmp_path, request):
+    """Three servers sharing pg_project's database, each in its own namespaces."""
+    reason = available()
+    require(not reason, reason)
+    network = Network()
+    request.addfinalizer(network.close)
+    db_url = urllib.parse.urlsplit(pg_project.db.url)
+    ran = tmp_path / "ran.txt"
+    made = []
+    for i in range(3):
+        host = network.add_host()
+        address, port = host.forward(db_url.hostname, db_url.port)
+        url = pg_project.db.url.replace(db_url.netloc, f"{db_url.username}@{address}:{port}")
+        copy = Project(copy_tree(tmp_path / host.name), pg_project.db, dict(pg_project.settings))
+        copy.write_env(DATABASE_URL=url, OPS_HOST=host.name, OPS_HEARTBEAT_SECONDS=HEARTBEAT)
+        copy.add_command("t_job", JOB)
+        copy.write_cron("t.cron", CRON)
+        made.append(Server(copy, host, ran))
+    yield made
+    for server in made:
+        server.kill()
+
+
+def executions(servers) -> list[str]:
+    ran = servers[0].ran
+    return ran.read_text().split() if ran.exists() else []
+
+
+def history(db) -> list[tuple]:
+    return db.query("SELECT host, outcome, exit_code, note FROM ops_jobrun ORDER BY id")
+
+
+def outcomes(db) -> list[str]:
+    return sorted(row[1] for row in history(db))
+
+
+def wait_for(condition, timeout: float = 60, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def holding(servers, db) -> Server:
+    """The server whose run holds the claim, once its command works."""
+    wait_for(lambda: len(executions(servers)) == 1, what="the first execution")
+    [name] = executions(servers)
+    return next(s for s in servers if s.name == name)
+
+
+def claim(db) -> tuple:
+    [row] = db.query("SELECT state, version, host FROM ops_slotclaim")
+    return row
+
+
+def test_three_servers_firing_together_run_the_slot_once_and_the_others_exit_0(servers):
+    db = servers[0].project.db
+    for server in servers:
+        server.project.write_env(WORK_SECONDS=2)
+    for server in servers:
+        server.start()
+    results = {s.name: s.wait() for s in servers}
+    assert [code for code, _, _ in results.values()] == [0, 0, 0], results
+    [winner] = executions(servers)
+    for name, (_, out, _) in results.items():
+        if name != winner:
+            assert f"done on {winner} for " in out, out
+    rows = history(db)
+    assert sorted((host, outcome) for host, outcome, _, _ in rows) == sorted(
+        [(winner, "succeeded")] + [(s.name, "skipped") for s in servers if s.name != winner]
+    )
+    assert claim(db) == ("succeeded", 1, winner)
+
+
+def test_a_holder_killed_mid_run_is_taken_over_by_a_standby(servers):
+    db = servers[0].project.db
+    first = servers[0]
+    first.hold()
+    first.start()
+    holding(servers, db)
+    standbys = [s.start() for s in servers[1:]]
+    time.sleep(2 * HEARTBEAT)  # they stand by behind a live holder
+    assert all(s.proc.poll() is None for s in standbys)
+    os.kill(first.pid, signal.SIGKILL)  # power cut, OOM kill: no record, no last word
+    results = {s.name: s.wait() for s in standbys}
+    assert [code for code, _, _ in results.values()] == [0, 0], results
+    ran = executions(servers)
+    assert ran[0] == first.name and len(ran) == 2
+    taker = ran[1]
+    assert "recorded the dead attempt" in results[taker][2]
+    other = next(s.name for s in standbys if s.name != taker)
+    assert f"done on {taker} for " in results[other][1]
+    assert outcomes(db) == ["abandoned", "skipped", "succeeded"]
+    [(note,)] = db.query("SELECT note FROM ops_jobrun WHERE outcome = 'abandoned'")
+    assert note.startswith("heartbeat stopped (pid 1 on host-0")  # pid 1 of its namespace
+    assert claim(db) == ("succeeded", 2, taker)
+
+
+def test_a_frozen_holder_resumed_after_the_takeover_records_taken_over(servers):
+    db = servers[0].project.db
+    first = servers[0]
+    first.hold()
+    first.start()
+    holding(servers, db)
+    os.kill(first.pid, signal.SIGSTOP)  # a suspended VM, a stalled hypervisor
+    standbys = [s.start() for s in servers[1:]]
+    results = {s.name: s.wait() for s in standbys}
+    assert [code for code, _, _ in results.values()] == [0, 0], results
+    taker = executions(servers)[1]
+    assert claim(db) == ("succeeded", 2, taker)
+    os.kill(first.pid, signal.SIGCONT)
+    code, out, err = first.wait()
+    assert code == 75, out + err
+    said = [line for line in err.splitlines() if "was taken over" in line]
+    assert len(said) == 1, err
+    assert "taken over by run #" in said[0] and f"on {taker} (claim version 2)" in said[0]
+    assert outcomes(db) == ["skipped", "succeeded", "taken_over"]
+    # exactly one success, and the claim is still the new holder's
+    assert claim(db) == ("succeeded", 2, taker)
+    [(note, exit_code)] = db.query(
+        "SELECT note, exit_code FROM ops_jobrun WHERE outcome = 'taken_over'"
+    )
+    assert exit_code == 75 and "the job was interrupted" in note
+
+
+def test_a_holder_cut_off_from_the_database_is_taken_over_and_finds_out_when_the_link_returns(
+    servers,
+):
+    db = servers[0].project.db
+    first = servers[0]
+    first.hold()
+    first.start()
+    holding(servers, db)
+    first.host.cut()
+    standbys = [s.start() for s in servers[1:]]
+    results = {s.name: s.wait() for s in standbys}
+    assert [code for code, _, _ in results.values()] == [0, 0], results
+    taker = executions(servers)[1]
+    # While cut off, the old holder cannot write anything: the new holder recorded its run
+    # abandoned, and it is still running (blocked in its heartbeat's database call).
+    assert first.proc.poll() is None
+    assert outcomes(db) == ["abandoned", "skipped", "succeeded"]
+    first.host.restore()
+    code, out, err = first.wait(timeout=120)
+    assert code == 75, out + err
+    assert "was taken over by run #" in err
+    assert outcomes(db) == ["skipped", "succeeded", "taken_over"]
+    assert claim(db) == ("succeeded", 2, taker)
+    assert len(executions(servers)) == 2  # at least once: the cut holder had started it too
