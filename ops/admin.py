@@ -1,17 +1,27 @@
-"""The run history and the slot claims in the Django admin: read-only, fast on a large history.
+"""The run history, the slot claims and the jobs page in the Django admin: read-only, fast on a
+large history.
 
 Nothing here can add, change or delete a row: the history is evidence, and a claim is what
 stops a slot from running twice. Filters avoid `SELECT DISTINCT` over the whole table (the job
 filter lists names by a loose index scan), and the change list never counts the full history.
 """
 
+from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
 from django.contrib import admin
-from django.urls import reverse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from . import jobs_page, status
+from .crontabd import CrontabError, Schedule, load_schedule
 from .durations import human_duration
-from .models import JobRun, Outcome, SlotClaim
+from .models import Job, JobRun, Outcome, SlotClaim
 from .status import history_job_names
 
 
@@ -110,6 +120,7 @@ class JobRunAdmin(ReadOnlyAdmin):
             Outcome.SUCCEEDED: "#1a7f37",
             Outcome.RUNNING: "#0969da",
             Outcome.SKIPPED: "#6e7781",
+            Outcome.TAKEN_OVER: jobs_page.OUTCOME_COLOURS[Outcome.TAKEN_OVER],
         }.get(obj.outcome, "#cf222e")
         return format_html(
             '<span class="cronops-outcome" style="color:{}">{}</span>',
@@ -143,6 +154,7 @@ class SlotClaimAdmin(ReadOnlyAdmin):
         "slot",
         "logical_date",
         "state",
+        "version",
         "host",
         "pid",
         "started_at",
@@ -162,3 +174,106 @@ class SlotClaimAdmin(ReadOnlyAdmin):
             return "-"
         url = reverse("admin:ops_jobrun_change", args=[obj.run_id])
         return format_html('<a href="{}">#{}</a>', url, obj.run_id)
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    """Ops → Jobs: one row per job with its state and pictures, and a calendar per job.
+
+    Not a change list of a table: the two views below replace the model admin's URLs. Seen by
+    whoever may view the run history (`ops.view_jobrun`), like the history itself.
+    """
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("ops.view_jobrun")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("", view(self.jobs_view), name="ops_job_changelist"),
+            path("<str:name>/", view(self.job_view), name="ops_job_detail"),
+        ]
+
+    def _context(self, request, title: str, **extra) -> dict:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": title,
+            "outcome_colours": [
+                (o.replace("_", " "), c) for o, c in jobs_page.OUTCOME_COLOURS.items()
+            ],
+            "strip": jobs_page.STRIP,
+            "spark": jobs_page.SPARK,
+            **extra,
+        }
+
+    def _report(self, only: str | None = None):
+        """(schedule, report, error): crontab.d and status.collect, as job_status does it.
+
+        A broken crontab.d is shown as one line above the jobs of the history."""
+        error = ""
+        try:
+            schedule = load_schedule()
+        except CrontabError as exc:
+            schedule, error = Schedule(), str(exc)
+        tz = ZoneInfo(settings.TIME_ZONE)
+        report = status.collect(schedule, now=timezone.now(), tz=tz, only=only)
+        return schedule, report, error
+
+    def jobs_view(self, request):
+        context = self._context(request, "Jobs")
+        _, report, error = self._report()
+        context.update(
+            rows=jobs_page.job_rows(report),
+            report=report,
+            error=error,
+            time_zone=settings.TIME_ZONE,
+            now=jobs_page.local_time(report.now, report.tz),
+        )
+        return TemplateResponse(request, "admin/ops/job/jobs.html", context)
+
+    def job_view(self, request, name: str):
+        context = self._context(request, f"Job {name}")
+        try:
+            schedule, report, error = self._report(only=name)
+        except status.UnknownJob:
+            raise Http404(f"no job named {name!r}") from None
+        (job_status,) = report.jobs
+        days = jobs_page.calendar(
+            job_status,
+            schedule.get(name),
+            now=report.now,
+            tz=report.tz,
+            days=jobs_page.CALENDAR_DAYS,
+        )
+        runs = reverse("admin:ops_jobrun_changelist")
+        scheduled = bool(job_status.schedule)
+        for day in days:
+            query = {"job": name}
+            if scheduled:
+                query["logical_date"] = day.date.isoformat()
+            else:
+                query["started_at__date"] = day.date.isoformat()
+            day.url = f"{runs}?{urlencode(query)}"
+        context.update(
+            row=jobs_page.job_rows(report)[0],
+            weeks=jobs_page.weeks(days),
+            day_colours=list(jobs_page.DAY_COLOURS.items()),
+            days=len(days),
+            error=error,
+            time_zone=settings.TIME_ZONE,
+            now=jobs_page.local_time(report.now, report.tz),
+            runs_url=f"{runs}?{urlencode({'job': name})}",
+        )
+        return TemplateResponse(request, "admin/ops/job/job.html", context)

@@ -1,13 +1,15 @@
 """Job status: per job, when it last succeeded, how late it started, and whether it needs a look.
 
 `collect(now=...)` is the logic behind `manage.py job_status`; the clock is a parameter, never
-read in here. Every query is per job and served by JobRun's indexes (`ops_run_job_started`,
+read in here. Every lookup is per job and served by JobRun's indexes (`ops_run_job_started`,
 `ops_run_job_outcome`) or SlotClaim's unique (job, slot), so the cost does not grow with the
-size of the history.
+size of the history; the lookups of all jobs go to the database together, a fixed number of
+statements (the names, then at most four per 100 jobs) whatever the runs (`job_statuses`).
 
 States, in order of precedence (the first that applies wins):
 
-- ``never run``: the history has no attempt of the job (skips do not count).
+- ``never run``: the history has no attempt of the job (skips and runs taken over by another
+  run do not count: the slot's outcome is the new holder's).
 - ``running``: its latest attempt is still running and alive: its slot claim's heartbeat is
   fresh (or, for a run without a slot, its --timeout has not passed). A "running" row whose
   process died is treated as abandoned, i.e. a failure.
@@ -27,19 +29,24 @@ import statistics
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
-from django.conf import settings
+from django.db import connection
+from django.db.models import Count, Q
 
-from . import claims
+from . import claims, conf
 from .crontabd import Job, Schedule
-from .durations import human_duration, parse_duration
+from .durations import human_duration
 from .models import JobRun, Outcome, SlotClaim
-from .slots import current_slot, next_fire
+from .slots import Slot, current_slot, next_fire, wall_clock
 
 OK, RUNNING, FAILING, OVERDUE, NEVER_RUN = "ok", "running", "failing", "overdue", "never run"
 STATES = (OK, RUNNING, FAILING, OVERDUE, NEVER_RUN)
 HEALTHY = {OK, RUNNING}
 FAILURES = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED)
+# Not attempts of the job: a skip did nothing, and a run taken over (frozen or cut off from the
+# database past 3 heartbeats) is not its slot's outcome: the run that took it over has that.
+NOT_ATTEMPTS = (Outcome.SKIPPED, Outcome.TAKEN_OVER)
 WINDOW = 20  # recent attempts read per job: medians and the failure streak come from these
+CHUNK = 100  # jobs per statement: 200 compound terms, under SQLite's limit of 500
 MIN_GRACE = 60.0  # healthchecks.io's minimum grace
 DEFAULT_GRACE = 3600.0
 SCHEMA_VERSION = 1
@@ -63,8 +70,8 @@ _RUN_FIELDS = (
 
 def default_grace() -> float:
     """OPS_DEFAULT_GRACE (settings, from the environment / .env), default one hour."""
-    value = getattr(settings, "OPS_DEFAULT_GRACE", "")
-    return parse_duration(str(value)) if value else DEFAULT_GRACE
+    grace = conf.default_grace()  # at most 365 days, like --timeout (ops/conf.py)
+    return DEFAULT_GRACE if grace is None else grace
 
 
 def grace_seconds(job: Job | None) -> float:
@@ -83,7 +90,7 @@ class JobStatus:
     description: str = ""
     grace: float | None = None
     next_fire: dt.datetime | None = None
-    due_slot: str | None = None
+    due_slot: str | None = None  # the due slot's wall-clock time, "2026-11-29 03:00"
     last_run: JobRun | None = None
     last_success: JobRun | None = None
     last_duration: float | None = None
@@ -92,6 +99,7 @@ class JobStatus:
     last_lag: float | None = None
     consecutive_failures: int = 0
     running_since: dt.datetime | None = None
+    due_slot_key: str | None = None  # its claim key ("2026-11-29", "2026-11-29 03:15+01:00")
 
     @property
     def healthy(self) -> bool:
@@ -112,39 +120,101 @@ class Report:
 def history_job_names(model=JobRun) -> list[str]:
     """Distinct job names in `model` (JobRun or SlotClaim), by a loose index scan.
 
-    One index seek per name instead of a `SELECT DISTINCT` over the whole history.
+    One statement: a recursive query that seeks the next name on the (job, ...) index, once
+    per name, instead of a `SELECT DISTINCT` over the whole history (or one round trip per
+    name, which on PostgreSQL costs a millisecond of driver and ORM work each).
     """
-    names: list[str] = []
-    rows = model.objects.order_by("job").values_list("job", flat=True)
-    name = rows.first()
-    while name is not None:
-        names.append(name)
-        name = rows.filter(job__gt=name).first()
-    return names
-
-
-def _recent(name: str) -> list[JobRun]:
-    return list(
-        JobRun.objects.filter(job=name)
-        .exclude(outcome=Outcome.SKIPPED)
-        .only(*_RUN_FIELDS)
-        .order_by("-started_at")[:WINDOW]
+    q = connection.ops.quote_name
+    table, job = q(model._meta.db_table), q("job")
+    # Quoted names only, no value.
+    sql = (
+        f"WITH RECURSIVE names(name) AS ("  # noqa: S608
+        f"SELECT (SELECT {job} FROM {table} ORDER BY {job} LIMIT 1) "
+        f"UNION ALL SELECT (SELECT {job} FROM {table} WHERE {job} > names.name "
+        f"ORDER BY {job} LIMIT 1) FROM names WHERE names.name IS NOT NULL) "
+        "SELECT name FROM names WHERE name IS NOT NULL"
     )
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return [row[0] for row in cursor.fetchall()]
 
 
-def _last_success(name: str, recent: list[JobRun]) -> JobRun | None:
-    found = next((r for r in recent if r.outcome == Outcome.SUCCEEDED), None)
-    if found is not None:
-        return found
-    return (
-        JobRun.objects.filter(job=name, outcome=Outcome.SUCCEEDED)
-        .only(*_RUN_FIELDS)
-        .order_by("-started_at")
-        .first()
+def _chunks(items: list, size: int = CHUNK):
+    for first in range(0, len(items), size):
+        yield items[first : first + size]
+
+
+Window = tuple[str, str, list]  # (kind, SQL condition and ORDER BY/LIMIT, its parameters)
+
+
+def per_job_windows(
+    names: list[str], columns: list[str], windows: list[Window]
+) -> list[tuple[str, list]]:
+    """The statements that read, for every job in `names`, each window of its runs: rows of
+    `kind, *columns`, one statement (per CHUNK jobs on SQLite).
+
+    Each window is one index range scan with its own LIMIT. On PostgreSQL a LATERAL join over
+    the names; SQLite has no LATERAL: a UNION ALL of per-job subqueries. The ORM cannot say
+    either. Each subquery's order is its own: the caller sorts again.
+    """
+    q = connection.ops.quote_name
+    table, job = q(JobRun._meta.db_table), q("job")
+    # Quoted names and the callers' constant conditions only; every value is a parameter.
+    rows = f"{', '.join(q(c) for c in columns)} FROM {table} WHERE {job} ="
+    if connection.vendor == "postgresql":
+        lateral = (
+            "SELECT '{kind}' AS kind, t.* FROM unnest(%s::text[]) AS j(name) "  # noqa: S608
+            f"CROSS JOIN LATERAL (SELECT {rows} j.name AND {{where}}) AS t"
+        )
+        sql = " UNION ALL ".join(lateral.format(kind=k, where=w) for k, w, _ in windows)
+        return [(sql, [p for _, _, params in windows for p in (names, *params)])]
+    statements = []
+    for chunk in _chunks(names):
+        parts, values = [], []
+        for i, name in enumerate(chunk):
+            for kind, where, params in windows:
+                parts.append(
+                    f"SELECT * FROM (SELECT '{kind}' AS kind, {rows} %s AND {where}) AS {kind}{i}"  # noqa: S608
+                )
+                values += [name, *params]
+        statements.append((" UNION ALL ".join(parts), values))
+    return statements
+
+
+def _latest_runs(names: list[str]) -> dict[str, tuple[list[JobRun], JobRun | None]]:
+    """{job: (its last WINDOW attempts newest first, its last success)} for every job in
+    `names`: (job, -started_at) and (job, outcome, -started_at) scans (`per_job_windows`),
+    through `raw()`, which still converts the rows by the model's fields."""
+    q = connection.ops.quote_name
+    outcome, started = q("outcome"), q("started_at")
+    statements = per_job_windows(
+        names,
+        [*_RUN_FIELDS, "pid"],
+        [
+            (
+                "r",
+                f"{outcome} NOT IN (%s, %s) ORDER BY {started} DESC LIMIT {WINDOW}",
+                [*NOT_ATTEMPTS],
+            ),
+            ("s", f"{outcome} = %s ORDER BY {started} DESC LIMIT 1", [Outcome.SUCCEEDED]),
+        ],
     )
+    result: dict[str, tuple[list[JobRun], JobRun | None]] = {n: ([], None) for n in names}
+    for sql, params in statements:
+        for run in JobRun.objects.raw(sql, params):
+            runs = result[run.job][0]
+            if run.kind == "r":
+                runs.append(run)
+            else:
+                result[run.job] = (runs, run)
+    for runs, _ in result.values():  # each subquery's order is its own: sort again
+        runs.sort(key=lambda r: (r.started_at, r.pk), reverse=True)
+    return result
 
 
-def _failure_streak(name: str, recent: list[JobRun], last_success: JobRun | None) -> int:
+def _failure_streak(recent: list[JobRun]) -> int | None:
+    """Failed attempts in a row at the head of `recent`; None when every one of a full window
+    failed (the whole streak is then counted on the index: `_long_streaks`)."""
     streak = 0
     for run in recent:
         if run.outcome == Outcome.RUNNING:
@@ -152,13 +222,26 @@ def _failure_streak(name: str, recent: list[JobRun], last_success: JobRun | None
         if run.outcome not in FAILURES:
             return streak
         streak += 1
-    if len(recent) < WINDOW:
-        return streak
-    # Every recent attempt failed: count the whole streak on the (job, outcome) index.
-    failures = JobRun.objects.filter(job=name, outcome__in=FAILURES)
-    if last_success is not None:
-        failures = failures.filter(started_at__gt=last_success.started_at)
-    return failures.count()
+    return streak if len(recent) < WINDOW else None
+
+
+def _long_streaks(since: dict[str, dt.datetime | None]) -> dict[str, int]:
+    """{job: failures after `since[job]` (its last success, or ever)}: per job a count over the
+    (job, outcome, -started_at) index, sent together as a UNION ALL, CHUNK jobs per statement.
+    (One query ORing the jobs' ranges made SQLite scan the whole table.)"""
+    counts = dict.fromkeys(since, 0)
+    for chunk in _chunks(list(since)):
+        parts = []
+        for name in chunk:
+            runs = JobRun.objects.filter(job=name, outcome__in=FAILURES)
+            if since[name] is not None:
+                runs = runs.filter(started_at__gt=since[name])
+            parts.append(runs.values("job").annotate(n=Count("id")).order_by())
+        # The combined query needs its own empty ordering: Django 6.1 applies the model's
+        # Meta.ordering to it, which a values() union cannot sort by.
+        rows = parts[0].union(*parts[1:], all=True).order_by() if len(parts) > 1 else parts[0]
+        counts.update({row["job"]: row["n"] for row in rows})
+    return counts
 
 
 def _last_lag(recent: list[JobRun], expr: str | None, tz: ZoneInfo) -> float | None:
@@ -174,15 +257,32 @@ def _last_lag(recent: list[JobRun], expr: str | None, tz: ZoneInfo) -> float | N
     return None
 
 
-def _alive(run: JobRun, job: Job | None, now: dt.datetime, heartbeat: float) -> bool:
-    """Whether a run recorded as running still has a live process behind it."""
-    if run.host == settings.OPS_HOST and not _pid_alive(run.pid):
-        return False  # on this host the process table knows (a killed ad-hoc run, say)
+def _running_claims(runs: list[JobRun]) -> dict[int, SlotClaim]:
+    """{run id: its slot's claim} for the runs recorded as running (one query)."""
+    wanted = {run.pk: run for run in runs if run.outcome == Outcome.RUNNING and run.slot}
+    if not wanted:
+        return {}
+    found = SlotClaim.objects.filter(run_id__in=list(wanted))
+    return {
+        c.run_id: c
+        for c in found
+        if c.run_id is not None
+        and c.job == wanted[c.run_id].job
+        and c.slot == wanted[c.run_id].slot
+    }
+
+
+def _alive(
+    run: JobRun, claim: SlotClaim | None, job: Job | None, now: dt.datetime, heartbeat: float
+) -> bool:
+    """Whether a run recorded as running still has a live process behind it (`claim`: its
+    slot's claim, from `_running_claims`)."""
     if run.slot:
-        claim = SlotClaim.objects.filter(job=run.job, slot=run.slot, run_id=run.pk).first()
         if claim is not None:
-            stale_after = dt.timedelta(seconds=claims.STALE_HEARTBEATS * heartbeat)
-            return now - claim.heartbeat_at <= stale_after
+            # The claim's holder identity: this machine's process table, else the heartbeat.
+            return claims.holder_alive(claim, now, claims.STALE_HEARTBEATS * heartbeat)
+    if run.host == conf.host() and not _pid_alive(run.pid):
+        return False  # an ad-hoc run (no claim) on a host of this name: the pid is gone
     timeout = job.options.timeout if job is not None else None
     if timeout:
         limit = timeout + claims.STALE_HEARTBEATS * heartbeat
@@ -200,21 +300,115 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _slot_done(name: str, slot_key: str, slot_at: dt.datetime, last_success: JobRun | None):
-    if last_success is not None:
-        if last_success.scheduled_at is not None and last_success.scheduled_at >= slot_at:
-            return True
-        if not last_success.slot and last_success.started_at >= slot_at:
-            return True
-    return SlotClaim.objects.filter(job=name, slot=slot_key, state=Outcome.SUCCEEDED).exists()
+def _covered(slot: Slot, last_success: JobRun | None) -> bool:
+    """Whether the last success served `slot` or a later one (no query)."""
+    if last_success is None:
+        return False
+    assert slot.at is not None, "a slot of a schedule"
+    if last_success.scheduled_at is not None and last_success.scheduled_at >= slot.at:
+        return True
+    return not last_success.slot and last_success.started_at >= slot.at
+
+
+def _done_slots(due: dict[str, Slot]) -> set[str]:
+    """The jobs of `due` ({job: its due slot}) whose slot's claim succeeded (a slot keyed by
+    date also under another key of its logical date), in one query per CHUNK jobs."""
+    done: set[str] = set()
+    for chunk in _chunks(list(due)):
+        which = Q()
+        for name in chunk:
+            slot = due[name]
+            which |= Q(job=name, slot=slot.key)
+            if slot.by_date:
+                which |= Q(job=name, logical_date=slot.logical_date)
+        rows = SlotClaim.objects.filter(which, state=Outcome.SUCCEEDED).values_list(
+            "job", "slot", "logical_date"
+        )
+        for name, key, logical_date in rows:
+            slot = due[name]
+            if key == slot.key or (slot.by_date and logical_date == slot.logical_date):
+                done.add(name)
+    return done
 
 
 def _fmt_time(value: dt.datetime, tz: ZoneInfo) -> str:
     return value.astimezone(tz).strftime("%Y-%m-%d %H:%M")
 
 
+def _due_slot(job: Job | None, now: dt.datetime, tz: ZoneInfo) -> Slot | None:
+    """The most recent slot S of the job's schedule with S + grace <= now."""
+    if job is None or not job.cron_expr:
+        return None
+    return current_slot(job.cron_expr, now - dt.timedelta(seconds=grace_seconds(job)), tz)
+
+
+def job_statuses(
+    jobs: list[tuple[str, Job | None]], *, now: dt.datetime, tz: ZoneInfo, heartbeat: float
+) -> list[JobStatus]:
+    """The status of each (name, declared job or None) of `jobs`, in that order.
+
+    A fixed number of statements whatever the number of jobs (up to CHUNK) and of runs: the
+    recent attempts and last success of every job together (`_latest_runs`), then, only for
+    the jobs that need them, the full count of a failure streak longer than the window and
+    the claims of due slots the last success does not cover, and the claims of the runs
+    recorded as running (whose heartbeat says whether they are alive).
+    """
+    latest = _latest_runs([name for name, _ in jobs])
+    window = {name: _failure_streak(latest[name][0]) for name, _ in jobs}
+    long = _long_streaks(
+        {
+            name: (success.started_at if success is not None else None)
+            for name, (_, success) in latest.items()
+            if window[name] is None
+        }
+    )
+    streaks = {name: long[name] if count is None else count for name, count in window.items()}
+    due = {name: _due_slot(job, now, tz) for name, job in jobs}
+    unsure = {
+        name: slot
+        for name, slot in due.items()
+        if slot is not None and not _covered(slot, latest[name][1])
+    }
+    done = _done_slots(unsure) if unsure else set()
+    running = _running_claims([recent[0] for recent, _ in latest.values() if recent])
+    return [
+        _job_status(
+            name,
+            job,
+            recent=latest[name][0],
+            last_success=latest[name][1],
+            streak=streaks[name],
+            due=due[name],
+            due_done=due[name] is None or name in done or name not in unsure,
+            claim=running.get(latest[name][0][0].pk) if latest[name][0] else None,
+            now=now,
+            tz=tz,
+            heartbeat=heartbeat,
+        )
+        for name, job in jobs
+    ]
+
+
 def job_status(
     name: str, job: Job | None, *, now: dt.datetime, tz: ZoneInfo, heartbeat: float
+) -> JobStatus:
+    """The status of one job (`job_statuses` for one)."""
+    return job_statuses([(name, job)], now=now, tz=tz, heartbeat=heartbeat)[0]
+
+
+def _job_status(
+    name: str,
+    job: Job | None,
+    *,
+    recent: list[JobRun],
+    last_success: JobRun | None,
+    streak: int,
+    due: Slot | None,
+    due_done: bool,
+    claim: SlotClaim | None,
+    now: dt.datetime,
+    tz: ZoneInfo,
+    heartbeat: float,
 ) -> JobStatus:
     status = JobStatus(
         job=name,
@@ -230,31 +424,27 @@ def job_status(
     if expr:
         status.next_fire = next_fire(expr, now, tz)
 
-    recent = _recent(name)
-    last_success = _last_success(name, recent)
     status.last_success = last_success
     status.last_run = recent[0] if recent else None
-    finished = [r for r in recent if r.outcome != Outcome.RUNNING and r.duration is not None]
-    if finished:
-        status.last_duration = finished[0].duration
-        status.median_duration = statistics.median(r.duration for r in finished)
-        status.median_runs = len(finished)
+    durations = [
+        r.duration for r in recent if r.outcome != Outcome.RUNNING and r.duration is not None
+    ]
+    if durations:
+        status.last_duration = durations[0]
+        status.median_duration = statistics.median(durations)
+        status.median_runs = len(durations)
     status.last_lag = _last_lag(recent, expr, tz)
-    status.consecutive_failures = _failure_streak(name, recent, last_success)
+    status.consecutive_failures = streak
 
-    if expr:
-        due = current_slot(expr, now - dt.timedelta(seconds=status.grace), tz)
-        status.due_slot = due.key
-        due_done = _slot_done(name, due.key, due.at, last_success)
-    else:
-        due_done = True
-
+    if due is not None:
+        status.due_slot = wall_clock(due, tz)
+        status.due_slot_key = due.key
     latest = status.last_run
     if latest is None:
         status.state, status.reason = NEVER_RUN, "no run in the history"
         return status
     if latest.outcome == Outcome.RUNNING:
-        if _alive(latest, job, now, heartbeat):
+        if _alive(latest, claim, job, now, heartbeat):
             status.state = RUNNING
             status.running_since = latest.started_at
             status.reason = f"running since {_fmt_time(latest.started_at, tz)} on {latest.host}"
@@ -300,7 +490,7 @@ def collect(
 ) -> Report:
     """The status of every job declared in `schedule` and every other job in the history."""
     if heartbeat is None:
-        heartbeat = float(settings.OPS_HEARTBEAT_SECONDS)
+        heartbeat = conf.heartbeat_seconds()
     declared = {job.name: job for job in schedule.jobs}
     if only is not None:
         if only in declared:
@@ -312,9 +502,9 @@ def collect(
     else:
         names = list(declared) + sorted(set(history_job_names()) - set(declared))
     report = Report(now=now, tz=tz)
-    for name in names:
-        report.jobs.append(
-            job_status(name, declared.get(name), now=now, tz=tz, heartbeat=heartbeat)
+    for chunk in _chunks(names):
+        report.jobs += job_statuses(
+            [(name, declared.get(name)) for name in chunk], now=now, tz=tz, heartbeat=heartbeat
         )
     return report
 
@@ -391,7 +581,7 @@ COLUMNS = (
 
 def table_rows(report: Report) -> list[tuple[str, ...]]:
     tz = report.tz
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for s in report.jobs:
         success = "-"
         if s.last_success is not None:

@@ -21,6 +21,7 @@ from django.core.management.base import CommandError
 from ops import status
 from ops.crontabd import parse_text
 from ops.models import JobRun, Outcome, SlotClaim
+from ops.slots import make_slot, time_key
 from tests.conftest import base_env
 
 UTC = dt.UTC
@@ -53,6 +54,13 @@ def at(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
+def slot_key(job: str, slot: str) -> str:
+    """The key the runner gives `job`'s slot at `slot` (UTC): the date for a daily job."""
+    job_line = next(line for line in CRON.splitlines() if f"--name={job} " in line)
+    expr = " ".join(job_line.split()[:5])
+    return make_slot(expr, at(slot)).key
+
+
 def schedule_of(text: str = CRON):
     return parse_text(text, "test.cron")
 
@@ -66,10 +74,11 @@ def scenario_rows():
 
     def run(job, slot, outcome, started, duration=2.0, exit_code=0, claim=True, beat=None):
         slot_at = at(slot) if slot else None
+        slot = slot_key(job, slot) if slot else ""
         start = at(started)
         fields = {
             "job": job,
-            "slot": slot or "",
+            "slot": slot,
             "logical_date": slot_at.date() if slot_at else None,
             "scheduled_at": slot_at,
             "outcome": outcome,
@@ -94,6 +103,7 @@ def scenario_rows():
                         "job": job,
                         "slot": slot,
                         "logical_date": slot_at.date(),
+                        "scheduled_at": slot_at,
                         "state": outcome,
                         "host": "web-2",  # another host: its pids mean nothing here
                         "pid": 4242,
@@ -275,7 +285,7 @@ def test_a_failure_followed_by_a_success_is_ok_again(cron_dir):
     insert_orm(rows)
     JobRun.objects.create(
         job="bad-job",
-        slot="2026-11-29 12:00",
+        slot=slot_key("bad-job", "2026-11-29 12:00"),
         outcome=Outcome.SUCCEEDED,
         exit_code=0,
         started_at=at("2026-11-29 12:00:01"),
@@ -301,7 +311,7 @@ def test_failing_counts_the_failures_in_a_row_and_ignores_skips(cron_dir):
     assert job["consecutive_failures"] == 2
     assert job["last_run"]["outcome"] == "timed_out"  # the later skip is not an attempt
     assert job["last_run"]["exit_code"] == 124
-    assert job["last_success"]["slot"] == "2026-11-29 09:00"
+    assert job["last_success"]["slot"] == "2026-11-29 09:00+00:00"
     assert job["reason"] == "last run timed out (exit 124), 2 failures in a row"
 
 
@@ -312,7 +322,7 @@ def test_a_failure_streak_longer_than_the_recent_window_is_counted_in_full(cron_
         t = start + dt.timedelta(hours=i)
         JobRun.objects.create(
             job="bad-job",
-            slot=t.strftime("%Y-%m-%d %H:%M"),
+            slot=time_key(t),
             scheduled_at=t,
             outcome=Outcome.FAILED,
             exit_code=1,
@@ -331,6 +341,95 @@ def test_a_failure_streak_longer_than_the_recent_window_is_counted_in_full(cron_
     assert job["median_duration"] == statistics.median(range(15, 35))
 
 
+def grow_history(runs_per_job: int, more_jobs: int = 0, first: int = 0) -> None:
+    """More of everything job_status reads per job: `runs_per_job` older successes for every
+    job of the scenario, and `more_jobs` ad-hoc jobs, a third of them failing for longer than
+    the recent window, a third running (a slotted run with its claim), a third succeeding;
+    named extra-<first>, extra-<first + 1>, ..."""
+    start = at("2026-10-01 03:00")
+    runs = [
+        JobRun(
+            job=job,
+            slot="",
+            outcome=Outcome.SUCCEEDED,
+            exit_code=0,
+            started_at=start + dt.timedelta(minutes=i),
+            finished_at=start + dt.timedelta(minutes=i, seconds=2),
+            duration=2.0,
+            host="h",
+            pid=1,
+        )
+        for job in EXPECTED
+        for i in range(runs_per_job)
+    ]
+    for n in range(first, first + more_jobs):
+        kind = ("failing", "running", "ok")[n % 3]
+        outcome = {"failing": Outcome.FAILED, "ok": Outcome.SUCCEEDED}.get(kind)
+        for i in range(status.WINDOW + 5):
+            t = at("2026-11-28 00:00") + dt.timedelta(minutes=i)
+            last = i == status.WINDOW + 4
+            runs.append(
+                JobRun(
+                    job=f"extra-{n:02d}",
+                    slot=time_key(t) if kind == "running" else "",
+                    scheduled_at=t if kind == "running" else None,
+                    outcome=Outcome.RUNNING
+                    if kind == "running" and last
+                    else outcome or Outcome.SUCCEEDED,
+                    exit_code=1 if kind == "failing" else 0,
+                    started_at=t,
+                    finished_at=t,
+                    duration=1.0,
+                    host="h",
+                    pid=1,
+                )
+            )
+    JobRun.objects.bulk_create(runs)
+    SlotClaim.objects.bulk_create(
+        SlotClaim(
+            job=run.job,
+            slot=run.slot,
+            logical_date=run.started_at.date(),
+            scheduled_at=run.scheduled_at,
+            state=Outcome.RUNNING,
+            run=run,
+            host="h",
+            pid=1,
+            started_at=run.started_at,
+            heartbeat_at=NOW,
+        )
+        for run in JobRun.objects.filter(job__startswith="extra-", outcome=Outcome.RUNNING)
+        if not SlotClaim.objects.filter(run=run).exists()
+    )
+
+
+@pytest.mark.django_db
+def test_the_query_count_grows_neither_with_the_runs_nor_with_the_jobs(cron_dir):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    insert_orm(scenario_rows())
+    grow_history(0, more_jobs=3)  # one of each kind: every query job_status may make
+
+    def queries(*args) -> tuple[int, str]:
+        with time_machine.travel(NOW, tick=False), CaptureQueriesContext(connection) as ctx:
+            _, out = job_status(*args)
+        return len(ctx.captured_queries), out
+
+    before, _ = queries("--json")
+    prometheus, _ = queries("--format=prometheus")
+    grow_history(300, more_jobs=60, first=3)
+    after, out = queries("--json")
+    states = states_of(json.loads(out))
+    assert len(states) == len(EXPECTED) + 63
+    assert states["extra-00"] == "failing"
+    assert states["extra-01"] == "running"
+    assert states["extra-02"] == "ok"
+    assert after == before
+    assert queries("--format=prometheus")[0] == prometheus == before
+    assert before <= 8  # names, recent runs, long streaks, due-slot claims, running claims
+
+
 @pytest.mark.django_db
 def test_a_running_run_whose_heartbeat_stopped_counts_as_failing(cron_dir):
     insert_orm(r for r in scenario_rows() if r[1]["job"] == "busy-job")
@@ -344,6 +443,34 @@ def test_a_running_run_whose_heartbeat_stopped_counts_as_failing(cron_dir):
     job = json.loads(out)["jobs"][0]
     assert (code, job["state"]) == (1, "failing")
     assert "stopped reporting" in job["reason"]
+
+
+@pytest.mark.django_db
+def test_a_live_run_on_another_server_with_the_same_host_name_is_running(cron_dir, settings):
+    """Two servers may share OPS_HOST: the other one's pid means nothing here, its claim's
+    holder (another boot id) and fresh heartbeat say it is alive."""
+    settings.OPS_HOST = "web-2"  # the name the busy-job's run was recorded under
+    insert_orm(r for r in scenario_rows() if r[1]["job"] == "busy-job")
+    SlotClaim.objects.update(holder_boot_id="boot-id-of-the-other-server")
+    with time_machine.travel(at("2026-11-29 12:01:00"), tick=False):
+        _, out = job_status("--json", "--job", "busy-job")
+    assert json.loads(out)["jobs"][0]["state"] == "running"
+
+
+@pytest.mark.django_db
+def test_a_run_whose_holder_process_is_gone_on_this_machine_is_failing_at_once(cron_dir):
+    from ops import process
+
+    insert_orm(r for r in scenario_rows() if r[1]["job"] == "busy-job")
+    me = process.identify()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    SlotClaim.objects.update(
+        holder_boot_id=me.boot_id, holder_pid_ns=me.pid_ns, pid=dead.pid, holder_started=1
+    )
+    with time_machine.travel(at("2026-11-29 12:00:30"), tick=False):  # heartbeat still fresh
+        _, out = job_status("--json", "--job", "busy-job")
+    assert json.loads(out)["jobs"][0]["state"] == "failing"
 
 
 @pytest.mark.django_db
@@ -363,7 +490,7 @@ def test_the_start_lag_ignores_runs_of_a_past_date_by_hand(cron_dir):
     insert_orm(r for r in scenario_rows() if r[1]["job"] == "ok-job")
     JobRun.objects.create(  # run_job --logical-date=2026-01-15 ok-job, at 11:00
         job="ok-job",
-        slot="2026-01-15 03:00",
+        slot="2026-01-15",
         logical_date=dt.date(2026, 1, 15),
         scheduled_at=at("2026-01-15 03:00"),
         outcome=Outcome.SUCCEEDED,
@@ -378,7 +505,7 @@ def test_the_start_lag_ignores_runs_of_a_past_date_by_hand(cron_dir):
     with time_machine.travel(NOW, tick=False):
         _, out = job_status("--json", "--job", "ok-job")
     job = json.loads(out)["jobs"][0]
-    assert job["last_run"]["slot"] == "2026-01-15 03:00"
+    assert job["last_run"]["slot"] == "2026-01-15"
     assert job["last_lag"] == 3.0  # from the 2026-11-29 03:00 run that cron started
     assert job["state"] == "ok"  # today's slot succeeded, whatever ran after it
 
@@ -400,6 +527,28 @@ def test_an_unknown_job_is_one_clear_error_with_exit_2(cron_dir):
         call_command("job_status", "--job", "nope", stdout=io.StringIO())
     assert error.value.returncode == 2
     assert str(error.value) == "no job named 'nope' in crontab.d or in the run history"
+
+
+@pytest.mark.parametrize("fmt", ["prometheus", "table"])
+def test_json_with_another_format_is_refused_with_exit_2(fmt):
+    with pytest.raises(CommandError) as error:
+        call_command("job_status", "--json", f"--format={fmt}", stdout=io.StringIO())
+    assert error.value.returncode == 2
+    assert str(error.value) == f"--json and --format={fmt} contradict each other: give one"
+
+
+def test_json_and_format_json_together_are_json(project):
+    result = project.manage("job_status", "--json", "--format=json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)
+
+
+def test_json_with_format_prometheus_is_one_line_and_exit_2_from_the_shell(sqlite_project):
+    result = sqlite_project.manage("job_status", "--json", "--format=prometheus")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip() == (
+        "CommandError: --json and --format=prometheus contradict each other: give one"
+    )
 
 
 @pytest.mark.django_db
@@ -533,9 +682,32 @@ def test_one_healthy_job_exits_zero_and_the_table_shows_it(project):
 
 
 def test_an_unreadable_database_is_one_line_and_exit_2(sqlite_project, tmp_path):
+    """A database never migrated: the line says what to do (docs/settings.md)."""
     sqlite_project.write_env(DATABASE_URL=f"sqlite:///{tmp_path / 'empty.sqlite3'}")
     result = sqlite_project.manage("job_status")
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "CommandError: cannot read the run history: no such table: ops_jobrun"
+        "CommandError: cannot read the run history: no such table: ops_jobrun "
+        "(run `manage.py migrate`)"
     )
+
+
+def test_job_history_into_a_pipe_closed_early_exits_quietly(sqlite_project):
+    """`job_history --limit=400 | head -1`: no BrokenPipeError traceback."""
+    project = sqlite_project
+    note = "n" * 300
+    rows = ", ".join(
+        f"('t', '', 'succeeded', '{note}', '2026-11-{1 + i % 28:02d} 03:00:00', 'host-a', 1, "
+        "'', 't', '')"
+        for i in range(400)
+    )
+    project.db.execute(
+        "INSERT INTO ops_jobrun (job, slot, outcome, note, started_at, host, pid, rid, command, "
+        f"output_tail) VALUES {rows}"
+    )
+    proc = project.popen("job_history", "--limit=400")
+    proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert stderr == ""

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -6,15 +7,25 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from django.utils import timezone
 
-from ops import status
+from ops import conf, prometheus, status
 from ops.crontabd import CrontabError, load_schedule
+
+FORMATS = ("table", "json", "prometheus")
+
+
+def render(report: status.Report, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(status.to_json(report), indent=2) + "\n"
+    if fmt == "prometheus":
+        return prometheus.render(report)
+    return status.render_table(report) + "\n"
 
 
 class Command(BaseCommand):
     help = (
         "One row per job (crontab.d and the run history): schedule, next fire time, last "
         "success, last outcome, durations, start lag, failure streak and state. Exit 0 when "
-        "every job is ok or running, 1 otherwise."
+        "every job is ok or running, 1 otherwise (with --output: 0 once the file is written)."
     )
 
     # A monitoring probe reports the jobs even when a system check (time zone, pings) fails:
@@ -24,14 +35,30 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--job", metavar="NAME", help="only this job")
         parser.add_argument(
-            "--json", action="store_true", dest="as_json", help="print JSON (see the README)"
+            "--format",
+            choices=FORMATS,
+            default=None,
+            dest="fmt",
+            help="table (default), json (see the README) or prometheus (text exposition)",
+        )
+        parser.add_argument("--json", action="store_true", dest="as_json", help="--format=json")
+        parser.add_argument(
+            "--output",
+            metavar="FILE",
+            help="write to FILE atomically (mode 0644), e.g. for node_exporter's textfile "
+            "collector; exit 0 once written, whatever the jobs' states",
         )
 
-    def handle(self, *args, job=None, as_json=False, **options):
+    def handle(self, *args, job=None, fmt=None, as_json=False, output=None, **options):
+        if as_json and fmt not in (None, "json"):
+            raise CommandError(
+                f"--json and --format={fmt} contradict each other: give one", returncode=2
+            )
+        fmt = "json" if as_json else fmt or "table"
         try:
-            status.default_grace()
-        except ValueError as exc:
-            raise CommandError(f"OPS_DEFAULT_GRACE: {exc}", returncode=2) from None
+            conf.validate()
+        except conf.SettingError as exc:
+            raise CommandError(str(exc), returncode=2) from None
         try:
             schedule = load_schedule()
         except CrontabError as exc:
@@ -44,10 +71,20 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from None
         except DatabaseError as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise CommandError(f"cannot read the run history: {first}", returncode=2) from None
-        if as_json:
-            self.stdout.write(json.dumps(status.to_json(report), indent=2))
-        else:
-            self.stdout.write(status.render_table(report))
+            hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
+            raise CommandError(
+                f"cannot read the run history: {first}{hint}", returncode=2
+            ) from None
+        text = render(report, fmt)
+        if output:
+            # An exporter's job is the file: the states are in it, so its exit code says only
+            # whether it was written (run from cron, exit 1 would look like its own failure).
+            try:
+                prometheus.write_textfile(Path(output), text)
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                raise CommandError(f"cannot write {output}: {reason}", returncode=2) from None
+            return
+        self.stdout.write(text, ending="")
         if not report.healthy:
             raise SystemExit(1)
