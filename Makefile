@@ -2,23 +2,41 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# The newest pair of the version matrix (README, "Supported versions"): the newest Python 3.12+
+# found (on PATH, else pyenv's), with the newest Django pip resolves, in a second virtualenv.
+NEWEST_VENV := .venv-newest
+NEWEST_PY := $(NEWEST_VENV)/bin/python
+PYTHON_NEWEST ?= $(shell for v in 3.14 3.13 3.12; do \
+	for p in "$$(command -v python$$v)" "$$(pyenv prefix $$v 2>/dev/null)/bin/python$$v" \
+	    $$(ls -d "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V -r); do \
+	  if [ -x "$$p" ] && "$$p" -c "" 2>/dev/null; then echo "$$p"; exit 0; fi; \
+	done; done)
 # The demo never touches a real .env's database or healthchecks project: empty values win
 # over .env (the environment always does).
 DEMO := OPS_VAR_DIR=var/demo OPS_CRONTAB_DIR=crontab.d DATABASE_URL= HEALTHCHECKS_PING_KEY= \
 	HEALTHCHECKS_API_KEY= TIME_ZONE=UTC
-.PHONY: demo test lint bench faults clean
+.PHONY: demo test test-newest lint bench faults clean screenshots dist
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# The example project (config/, commands/) needs the `example` extra besides the app.
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e '.[example]'
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed
+
+# -U: the newest Django (and the rest) each time pyproject.toml changes.
+$(NEWEST_VENV)/.dev-installed: pyproject.toml
+	rm -rf $(NEWEST_VENV)
+	$(PYTHON_NEWEST) -m venv $(NEWEST_VENV)
+	$(NEWEST_PY) -m pip install -q --upgrade pip
+	$(NEWEST_PY) -m pip install -q -U -e '.[dev]'
+	touch $@
 
 demo: $(VENV)/.installed
 	rm -rf var/demo
@@ -43,17 +61,39 @@ demo: $(VENV)/.installed
 test: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 	@if [ -n "$$CRONOPS_TEST_PG_URL" ]; then \
 	  echo "--- the in-process database tests again, on PostgreSQL"; \
 	  DATABASE_URL="$$CRONOPS_TEST_PG_URL" $(PY) -m pytest -m inprocess_db $(PYTEST_ARGS); \
 	fi
+	@$(MAKE) --no-print-directory test-newest
+
+# The suite without the slow real-service tests (deploys, cron e2e, browsers), on the newest
+# Python and Django. Without a Python 3.12+ it is skipped, and fails in CI
+# (CRONOPS_REQUIRE_ALL=1).
+test-newest:
+	@if [ -z "$(PYTHON_NEWEST)" ]; then \
+	  echo "--- no Python 3.12+ found for the newest pair (python3.13, python3.12 or pyenv)"; \
+	  if [ -n "$$CRONOPS_REQUIRE_ALL" ]; then exit 1; fi; exit 0; \
+	fi
+	@$(MAKE) --no-print-directory $(NEWEST_VENV)/.dev-installed
+	@echo "--- the suite without the slow tests on the newest pair:" \
+	  "$$($(NEWEST_PY) -c 'import sys, django; print("Python", sys.version.split()[0], "+ Django", django.get_version())')"
+	$(NEWEST_PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# sdist and wheel of the app (ops/ only) into dist/, checked with twine.
+dist: $(VENV)/.dev-installed
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check dist/*
 
 lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
-# Benchmarks P1-P7 and fault scenarios F1-F7 (bench/RESULTS.md). Not part of `test`: they take
+# Benchmarks P1-P8 and fault scenarios F1-F9 (bench/RESULTS.md). Not part of `test`: they take
 # minutes and measure the machine. F3 needs PostgreSQL (bash .ci/services.sh); F5 and F6 use
 # root (a throwaway user, tmpfs mounts) when they have it. BENCH_ARGS=--quick for a smoke run,
 # BENCH_ARGS=--only=P4,F2 for some.
@@ -64,7 +104,11 @@ faults: $(VENV)/.dev-installed
 	$(PY) bench/run.py faults $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var/demo
+	rm -rf $(VENV) $(NEWEST_VENV) dist var/demo var/screenshots
+
+# docs/jobs-page.png and docs/job-calendar.png from the demo history (Debian's chromium)
+screenshots: $(VENV)/.dev-installed
+	$(PY) docs/screenshots.py
 
 # install_crontab with 1,000 jobs (writes its section of bench/RESULTS.md)
 bench-install: $(VENV)/.installed

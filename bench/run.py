@@ -1,4 +1,4 @@
-"""`make bench` / `make faults`: run every benchmark (P1-P7) or fault scenario (F1-F7), then
+"""`make bench` / `make faults`: run every benchmark (P1-P8) or fault scenario (F1-F9), then
 print the machine and a summary of every goal (met / NOT met).
 
     .venv/bin/python bench/run.py bench|faults [--only P4,F2] [--quick]
@@ -35,6 +35,11 @@ SUITES = {
             ["bench_status.py", "--rows", "100000", "--repeat", "3"],
         ),
         ("P7", ["bench_output.py"], ["bench_output.py", "--rounds", "1", "--mib", "256"]),
+        (
+            "P8",
+            ["bench_jobs_page.py"],
+            ["bench_jobs_page.py", "--rows", "50000", "--repeat", "3"],
+        ),
     ],
     "faults": [
         ("F1", ["faults/f1_sigkill.py"], ["faults/f1_sigkill.py", "--runs", "10"]),
@@ -48,6 +53,8 @@ SUITES = {
         ("F5", ["faults/f5_bad_crontabs.py"], None),
         ("F6", ["faults/f6_disk.py"], None),
         ("F7", ["faults/f7_clock.py"], None),
+        ("F8", ["faults/f8_property.py"], ["faults/f8_property.py", "--quick"]),
+        ("F9", ["faults/f9_standby.py"], ["faults/f9_standby.py", "--quick"]),
     ],
 }
 

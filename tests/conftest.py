@@ -49,6 +49,13 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.inprocess_db)
 
 
+def untracked_ignore():
+    """A copytree `ignore=` for what a git checkout of REPO would not have: .git and what
+    .gitignore lists (the suite writes caches into REPO; a copy must not carry them)."""
+    patterns = [line.rstrip("/") for line in (REPO / ".gitignore").read_text().split()]
+    return shutil.ignore_patterns(".git", ".venv-*", *(p for p in patterns if p[0] != "#"))
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip when a real service is missing on a developer machine; fail in CI."""
     if condition:
@@ -276,6 +283,23 @@ def sqlite_project(request, tmp_path, migrated_templates):
 @pytest.fixture
 def pg_project(request, tmp_path, migrated_templates):
     return _project(tmp_path, migrated_templates, "pg", request)
+
+
+@pytest.fixture
+def hc():
+    """A healthchecks.io stand-in (tests/hcserver.py) on its own threaded server on 127.0.0.1,
+    with the test ping key and API key; its state is what a test asserts on."""
+    from pytest_httpserver import HTTPServer
+
+    from .hcserver import HealthchecksServer
+
+    server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
+    server.start()
+    try:
+        yield HealthchecksServer(server, ping_key=PING_KEY)
+    finally:
+        server.clear()
+        server.stop()
 
 
 @pytest.fixture
