@@ -177,7 +177,7 @@ class SlotClaimAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdmin):
     """Ops → Jobs: one row per job with its state and pictures, and a calendar per job.
 
     Not a change list of a table: the two views below replace the model admin's URLs. Seen by
@@ -186,15 +186,6 @@ class JobAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request, obj=None):
         return request.user.has_perm("ops.view_jobrun")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_urls(self):
         view = self.admin_site.admin_view

@@ -3,13 +3,13 @@
 import datetime as dt
 import os
 import re
-import shutil
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from ops.models import JobRun, Outcome, SlotClaim
+from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import require
 
 try:
@@ -17,17 +17,7 @@ try:
 except ImportError:  # the browser tests skip (fail in CI) without it
     expect = sync_playwright = None
 
-CHROMIUM = os.environ.get("CRONOPS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+
 PASSWORD = "correct-horse-battery"
 FAILED_OUTPUT = "charging 12 subscriptions\nTraceback (most recent call last):\nupstream down\n"
 
