@@ -199,7 +199,8 @@ def check_time_zone_name(app_configs=None, **kwargs):
     return [
         Warning(
             f"TIME_ZONE {settings.TIME_ZONE!r} is a legacy name of {current!r}",
-            hint=f"set TIME_ZONE={current} in .env: healthchecks.io stores the current name "
+            hint=f"set TIME_ZONE = {current!r} in your settings (or .env if they read it from "
+            "there): healthchecks.io stores the current name "
             "(sync_healthchecks compares in that form), and tzdata may drop the old one",
             id="ops.W010",
         )

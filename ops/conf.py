@@ -25,6 +25,7 @@ already-loaded settings, and imports nothing heavier than `pathlib`.
 | OPS_HEARTBEAT_SECONDS | 30 |
 | OPS_PING_BUDGET_SECONDS | 10 |
 | OPS_DEFAULT_GRACE | 1h |
+| OPS_STANDBY | off |
 | OPS_HC_TAG | "" (sync_healthchecks derives `cronops-<BASE_DIR's name>`) |
 | OPS_REDACT | [] |
 | HEALTHCHECKS_PING_URL | https://hc-ping.com/ |

@@ -595,8 +595,8 @@ def tz_mismatch(
 
 def tz_hint(time_zone: str) -> str:
     return (
-        f"run `timedatectl set-timezone {time_zone}` (then restart cron), or set TIME_ZONE in "
-        ".env to the system's zone"
+        f"run `timedatectl set-timezone {time_zone}` (then restart cron), or set TIME_ZONE to the "
+        "system's zone (in your settings, or .env if they read it from there)"
     )
 
 

@@ -84,7 +84,8 @@ def legacy_tz_warning(tz: str) -> str | None:
         return None
     return (
         f"warning: TIME_ZONE {tz!r} is a legacy name of {current!r}; healthchecks.io stores "
-        f"{current!r} (set TIME_ZONE={current} in .env)"
+        f"{current!r} (set TIME_ZONE to it in your settings, "
+        "or .env if they read it from there)"
     )
 
 
