@@ -204,6 +204,9 @@ def job_rows(report: status.Report) -> list[JobRow]:
     rows = []
     for s in report.jobs:
         attempts, durations = latest[s.job]
+        if attempts and attempts[0][2] == Outcome.RUNNING and s.state != status.RUNNING:
+            # job_status found the newest "running" one dead: the strip says so too.
+            attempts = [(*attempts[0][:2], Outcome.ABANDONED, *attempts[0][3:]), *attempts[1:]]
         success = "-"
         if s.last_success is not None:
             success = local_time(s.last_success.started_at, tz)

@@ -124,9 +124,13 @@ def write_textfile(path: Path, text: str) -> None:
     path = Path(path)
     directory = path.parent
     try:
-        directory.mkdir(mode=0o755, parents=True)
+        directory.mkdir(parents=True)
     except FileExistsError:
         pass  # a directory, or a file in the way: mkstemp then says "Not a directory"
+    else:
+        # mkdir's mode is masked by the umask (077 under a hardened cron or systemd unit):
+        # node_exporter's user must be able to enter the directory to read the 0644 file.
+        os.chmod(directory, 0o755)  # noqa: S103 (meant: another user reads the file)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -83,6 +83,25 @@ def test_a_run_taken_over_shows_in_its_own_colour_and_changes_no_state(scenario,
     assert f'background-color:{colour}"></span>taken over' in html  # the legend
 
 
+@pytest.mark.django_db
+def test_a_running_run_whose_process_is_gone_is_marked_abandoned_not_running(
+    scenario, admin_client
+):
+    from ops import conf
+
+    JobRun.objects.create(
+        job="adhoc-dead",
+        outcome=Outcome.RUNNING,
+        started_at=NOW - dt.timedelta(minutes=5),
+        host=conf.host(),
+        pid=2**22 + 7,  # above Linux's pid_max: no such process
+    )
+    with time_machine.travel(NOW, tick=False):
+        html = admin_client.get(JOBS).content.decode()
+    assert dict(rows_of(html))["adhoc-dead"] == "failing"
+    assert marks_of(html, "adhoc-dead") == ["abandoned"]
+
+
 # --- who may see it -------------------------------------------------------------------------
 
 

@@ -173,6 +173,21 @@ def test_output_replaces_the_file_atomically_with_mode_0644_and_exits_zero(scena
 
 
 @pytest.mark.django_db
+def test_output_creates_its_directory_readable_by_node_exporter_whatever_the_umask(
+    scenario, tmp_path
+):
+    target = tmp_path / "textfile" / "cronops.prom"
+    old = os.umask(0o077)
+    try:
+        with time_machine.travel(NOW, tick=False):
+            assert job_status("--format=prometheus", f"--output={target}") == (0, "")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+@pytest.mark.django_db
 def test_output_into_an_unusable_directory_is_one_line_and_exit_2(scenario, tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
@@ -185,6 +200,16 @@ def test_output_into_an_unusable_directory_is_one_line_and_exit_2(scenario, tmp_
         )
     assert error.value.returncode == 2
     assert str(error.value) == f"cannot write {blocker}/cronops.prom: Not a directory"
+
+
+@pytest.mark.django_db
+def test_output_of_the_terminal_table_is_refused_so_no_scrape_breaks(scenario, tmp_path):
+    target = tmp_path / "cronops.prom"
+    with pytest.raises(CommandError) as error:
+        call_command("job_status", f"--output={target}", stdout=io.StringIO())
+    assert error.value.returncode == 2
+    assert str(error.value) == "--output writes --format=prometheus or --format=json: give one"
+    assert not target.exists()
 
 
 def test_label_values_are_escaped():

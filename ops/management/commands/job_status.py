@@ -55,6 +55,11 @@ class Command(BaseCommand):
                 f"--json and --format={fmt} contradict each other: give one", returncode=2
             )
         fmt = "json" if as_json else fmt or "table"
+        if output and fmt == "table":
+            # A table in node_exporter's textfile directory would be a scrape error, silently.
+            raise CommandError(
+                "--output writes --format=prometheus or --format=json: give one", returncode=2
+            )
         try:
             conf.validate()
         except conf.SettingError as exc:
