@@ -21,6 +21,9 @@ slug: sync created it, or adopted it by slug. The web UI's "Create a Copy" keeps
 but gives the copy another slug (`<slug>-copy`), so a copy is never this project's. Only this
 project's checks whose job is gone are reported stale, and deleted with `prune`.
 
+A job with `--no-ping`, or `--ping` naming another check, never pings its slug's check: it
+gets none (a check this project made for it earlier is stale).
+
 Two checks sharing a job's slug are reported (the API's upsert would update the first, pings
 get 409); nothing is changed for that slug.
 """
@@ -170,6 +173,8 @@ def plan(
     changes: list[Change] = []
     wanted = set()
     for job in schedule.jobs:
+        if job.options.no_ping or job.options.ping:
+            continue  # never pings its slug's check: such a check could only go down
         wanted.add(job.name)
         spec = desired_spec(job, tz=tz, tag=tag)
         matches = by_slug.get(job.name, [])

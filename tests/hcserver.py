@@ -321,12 +321,14 @@ class HealthchecksServer:
             action = "success" if exit_status == 0 else "fail"
         if check.methods == "POST" and request.method != "POST":
             action = "ign"
-        elif check.filter_body and action != "log":
+        elif check.filter_body:
             try:
-                text = body.decode("utf-8")  # strict: the server's own decode fails with 500
+                # strict, and of the body as cut to the limit (`request.body[:limit]`): the
+                # server's own decode fails with 500, a cut inside a character included
+                text = stored.decode("utf-8")
             except UnicodeDecodeError:
                 return Response("Internal Server Error", status=500)
-            if action == "start" and not body:
+            if action == "start" and not stored:
                 action = "ign"
             elif action == "success" and kind == "success":
                 if check.failure_kw and check.failure_kw in text:

@@ -52,6 +52,29 @@ def test_a_cut_multibyte_body_still_counts_as_success_on_a_filter_by_body_check(
     assert "\ufffd" not in tail and tail.rstrip().endswith("éé")
 
 
+def test_a_body_the_server_cuts_inside_a_character_is_resent_so_any_cut_is_valid(
+    sqlite_project, hc
+):
+    # The start is held past half the budget, so the final ping never learns the server's
+    # Ping-Body-Limit (100 here, below cronops' 10,000 default): the server cuts the body to
+    # its first 100 bytes, inside a 3-byte character, and its strict decode answers 500.
+    project = sqlite_project
+    ping_to(project, hc, OPS_PING_BUDGET_SECONDS=4)
+    hc.body_limit = 100
+    check = hc.add(slug="t_euros", filter_body=True, success_kw="OK")
+    hc.delay("start", 3)
+    project.add_command(
+        "t_euros", "print('€' * 20000); raise CommandError('no euros', returncode=3)"
+    )
+    result = project.run_job("t_euros")
+    assert result.returncode == 3
+    assert "ping" not in result.stderr, result.stderr
+    final = hc.pings_of("t_euros")[-1]
+    assert (final.kind, final.action, final.status) == ("3", "fail", 200)
+    assert final.body.isascii() and len(final.body) == hc.body_limit
+    assert (check.state, check.exit_status) == ("down", 3)
+
+
 def test_the_history_tail_never_starts_inside_a_character():
     tail = Tail(11)
     tail.write("€".encode() * 20)  # 3 bytes each: the last 11 bytes start inside one

@@ -423,3 +423,26 @@ def test_an_adopted_check_accepts_only_post_pings_after_the_sync(hc, configured)
     sync()
     assert check.methods == "POST"
     assert check.name == "charge_daily"
+
+
+def test_jobs_that_never_ping_their_slug_get_no_check(hc, configured):
+    # A check for a job with --no-ping (or --ping to another check) would never be pinged:
+    # it would go down after its first slot and alert on every one after.
+    other = hc.add(slug="elsewhere")
+    (configured / "20-quiet.cron").write_text(
+        "* * * * * --name=metrics --timeout=50s --no-ping sleep_demo --seconds=0\n"
+        f"0 5 * * * --name=pinged-elsewhere --ping={other.uuid} sleep_demo --seconds=0\n"
+    )
+    code, out, _ = sync()
+    assert code == 0
+    slugs = {c.slug for c in hc.checks.values()}
+    assert "metrics" not in slugs and "pinged-elsewhere" not in slugs
+    assert "metrics" not in out and "pinged-elsewhere" not in out
+    # One made by an older sync is this project's, and now stale.
+    (configured / "20-quiet.cron").write_text("0 6 * * * --name=metrics sleep_demo --seconds=0\n")
+    sync()
+    (configured / "20-quiet.cron").write_text(
+        "* * * * * --name=metrics --no-ping sleep_demo --seconds=0\n"
+    )
+    code, out, _ = sync("--prune")
+    assert "deleted      metrics" in out
