@@ -147,19 +147,19 @@ def _same_slot(job: str, slot: Slot):
     )
 
 
-def _lock_job(job: str) -> None:
+def _lock_job(job: str, *, shared: bool = False) -> None:
     """Serialise claims of one job (inside the claim's transaction): a claim and its look for
     the same slot under other keys are then one step, so of two runs of one instant under two
     keys the second always sees the first. PostgreSQL: a transaction-scoped advisory lock (one
     per job; other jobs never wait); SQLite: the write lock, which IMMEDIATE transactions take at
-    BEGIN (config/settings.py)."""
+    BEGIN (config/settings.py). `shared`: a fencing job's lock (`still_held(lock=True)`), which
+    every claim and takeover of the job waits for, and heartbeats do not."""
     if connection.vendor != "postgresql":
         return
     digest = hashlib.sha256(f"cronops claim {job}".encode()).digest()
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest[:8], "big", signed=True)]
-        )
+        cursor.execute(f"SELECT {function}(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
 
 
 class _Yield(Exception):
@@ -353,10 +353,12 @@ class HeldClaim:
     def still_held(self, *, lock: bool = False) -> bool:
         """Whether this run still holds its claim (no other run took the slot over).
 
-        With `lock=True`, inside `transaction.atomic()`, the claim's row stays locked (SELECT
-        ... FOR UPDATE on PostgreSQL) until the transaction ends: a takeover waits for it, so
-        what the transaction writes is written by the holder. (SQLite has one writer at a
-        time anyway.)"""
+        With `lock=True`, inside `transaction.atomic()`, the job's claims stay locked until
+        the transaction ends (a shared advisory lock on PostgreSQL, the one every claim and
+        takeover of the job takes exclusively): a takeover waits for it, so what the
+        transaction writes is written by the holder. The claim's row is not locked, so the
+        holder's heartbeats go on meanwhile and a long transaction does not make it look dead.
+        (SQLite has one writer at a time anyway.)"""
         rows = SlotClaim.objects.filter(
             job=self.job,
             slot=self.slot,
@@ -365,7 +367,7 @@ class HeldClaim:
             state=Outcome.RUNNING,
         )
         if lock:
-            rows = rows.select_for_update()
+            _lock_job(self.job, shared=True)
         return rows.exists()
 
 

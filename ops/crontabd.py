@@ -165,9 +165,10 @@ def validate_field(text: str, index: int) -> str | None:
             if lo is None or hi is None:
                 return f"bad {name} {item!r}: {valid}"
             if lo > hi:
+                top = 6 if index == 4 else high  # Sunday as 0 only: what Kubernetes reads too
                 return (
                     f"bad {name} {item!r}: the range starts after it ends (Debian's cron "
-                    f"would not wrap around); write it as a list, e.g. {lo}-{high},{low}-{hi}"
+                    f"would not wrap around); write it as a list, e.g. {lo}-{top},{low}-{hi}"
                 )
         else:
             lo = _value(base, index)

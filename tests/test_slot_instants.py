@@ -241,3 +241,54 @@ def test_the_two_copies_lines_serve_one_instant_under_two_keys():
         assert slot.at.astimezone(UTC) == dt.datetime(2026, 1, 1, tzinfo=UTC)
         keys.add(slot.key)
     assert keys == {"2026-01-01", "2026-01-01 05:30+05:30"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fencing_transaction_lets_heartbeats_through_and_holds_a_takeover_back():
+    """A job inside `still_held(lock=True)` for longer than three heartbeats must not look
+    dead: its heartbeats (the runner's thread, its own connection) go on, and a standby's
+    takeover waits for the commit. Before: the row lock blocked the heartbeat too."""
+    import threading
+
+    from django.db import OperationalError, connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has one writer at a time: no fencing lock to share")
+    slot = slots.make_slot("0 3 * * *", dt.datetime(2026, 12, 1, 3, 0, tzinfo=UTC))
+    start = dt.datetime(2026, 12, 1, 3, 0, 1, tzinfo=UTC)
+    held = claims.claim(
+        "t", slot, host="host-a", pid=4242, now=start, stale_after=90.0, force=False,
+        command="t", identity=another_machine(), heartbeat=30.0,
+    )  # fmt: skip
+    fence = claims.HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
+    later = start + dt.timedelta(minutes=10)  # the job's transaction has lasted 10 minutes
+    seen: dict[str, object] = {}
+
+    def on_its_own_connection(name: str, step) -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '2s'")
+            seen[name] = step()
+        except OperationalError as exc:
+            seen[name] = type(exc).__name__
+        finally:
+            connection.close()
+
+    def standby():
+        return claims.claim(
+            "t", slot, host="host-b", pid=1, now=later + dt.timedelta(seconds=30),
+            stale_after=90.0, force=False, command="t", heartbeat=30.0,
+        ).status  # fmt: skip
+
+    with transaction.atomic():
+        assert fence.still_held(lock=True)
+        for name, step in [
+            ("heartbeat", lambda: claims.heartbeat(held.run, later)),
+            ("takeover", standby),
+        ]:
+            thread = threading.Thread(target=on_its_own_connection, args=(name, step))
+            thread.start()
+            thread.join()
+    assert seen == {"heartbeat": 1, "takeover": "OperationalError"}  # the lock timed out
+    assert standby() == "busy"  # after the commit: the heartbeat 30 s ago keeps the holder
+    assert fence.still_held()
