@@ -3,8 +3,9 @@
 import datetime as dt
 from zoneinfo import ZoneInfo
 
+import pytest
 import time_machine
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from commands.models import DailyCharge
 from ops import runner
@@ -103,6 +104,24 @@ def test_run_job_works_through_call_command_too(db, settings, tmp_path):
     call_command("run_job", "--timeout=90s", "sleep_demo")
     run = JobRun.objects.get()
     assert (run.job, run.outcome, run.command) == ("sleep_demo", "succeeded", "sleep_demo")
+
+
+def test_call_command_passes_the_commands_own_arguments_and_refuses_a_logical_date_there(
+    db, settings, tmp_path
+):
+    """call_command() hands run_job the command's arguments as *args, not as options["args"]:
+    they were dropped (sleep_demo slept its default 3 s; charge_daily's own --logical-date was
+    silently ignored and today's slot ran instead of a usage error)."""
+    settings.OPS_LOCK_DIR = tmp_path / "lock"
+    settings.OPS_CRONTAB_DIR = tmp_path
+    call_command("run_job", "--name=cc", "sleep_demo", "--seconds=0")
+    run = JobRun.objects.get()
+    assert (run.job, run.outcome, run.command) == ("cc", "succeeded", "sleep_demo --seconds=0")
+    with pytest.raises(CommandError) as refused:
+        call_command("run_job", "charge_daily", "--logical-date=2026-01-09")
+    assert refused.value.returncode == 2
+    assert JobRun.objects.count() == 1
+    assert not DailyCharge.objects.exists()
 
 
 def test_a_schedule_edit_from_0300_to_0400_runs_no_day_again(db, settings, tmp_path):

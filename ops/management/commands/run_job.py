@@ -54,8 +54,10 @@ class Command(BaseCommand):
                 argv.append(flag)
             elif value not in (None, False, 0):
                 argv.append(f"{flag}={value}")
+        # call_command() moves the REMAINDER `args` out of the options into *args (Django's
+        # legacy optparse mimicry): the command's own arguments arrive there.
         code = runner.run(
-            [*argv, options["command"], *(options.get("args") or [])],
+            [*argv, options["command"], *args, *(options.get("args") or [])],
             stdout=self.stdout._out,
             stderr=self.stderr._out,
         )
