@@ -21,6 +21,11 @@ vendor/github.com/robfig/cron/v3/parser.go and spec.go). Where the two differ:
   @weekly @daily @midnight @hourly, each with the same fields and star flags as Debian's);
 - names (jan-dec, sun-sat, any case), ranges, lists and `*/S`, `N-M/S` steps mean the same.
   (`N/S` and `?` differ too, but the crontab.d validator already refuses both.)
+- DST: a fixed-time job (minute and hour not starting with `*`) due inside the wall-clock hour
+  that a spring night skips runs right after the jump under Debian's cron and not at all under
+  robfig's `Next`, which walks real hours: refused for the zone's changes of the next three
+  years from `today` (passed in). In the repeated autumn hour Kubernetes may start such a job twice;
+  the second run finds the slot `already done`, so that one is only documented.
 
 The YAML is written here rather than with a YAML library (none is a runtime dependency): block
 mappings and sequences with every string double-quoted, JSON-style, which YAML reads as written.
@@ -30,6 +35,8 @@ settings and options give the same bytes.
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import json
 import math
 import re
@@ -267,6 +274,81 @@ def kubernetes_schedule(job: Job) -> str:
     return job.schedule
 
 
+# Descriptors as Debian's cron expands them (entry.c), for the DST check.
+_DESCRIPTOR_FIELDS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+DST_YEARS = 3
+
+
+@functools.cache
+def skipped_wall_minutes(
+    time_zone: str, since: dt.date, years: int = DST_YEARS
+) -> tuple[tuple[dt.datetime, ...], ...]:
+    """The wall-clock minutes (naive datetimes) that `time_zone` skips on its spring nights in
+    the `years` years from `since`, one list per night."""
+    tz = zoneinfo.ZoneInfo(time_zone)
+    start = dt.datetime(since.year, since.month, since.day, tzinfo=dt.UTC)
+    end = (
+        start.replace(year=since.year + years)
+        if (since.month, since.day) != (2, 29)
+        else (start + dt.timedelta(days=365 * years))
+    )
+    nights = []
+    hour = dt.timedelta(hours=1)
+    at, before = start, start.astimezone(tz).utcoffset()
+    while at < end:
+        after = (at + hour).astimezone(tz).utcoffset()
+        if after != before and after is not None and before is not None:
+            minute = at  # the change lies within this hour (UTC): find its minute
+            while minute.astimezone(tz).utcoffset() == before:
+                minute += dt.timedelta(minutes=1)
+            if after > before:
+                wall = (minute + before).replace(tzinfo=None)
+                gap = int((after - before).total_seconds() // 60)
+                nights.append(tuple(wall + dt.timedelta(minutes=m) for m in range(gap)))
+        at, before = at + hour, after
+    return tuple(nights)
+
+
+def _fires_at(fields: list[str], wall: dt.datetime) -> bool:
+    """Whether Debian's cron matches the wall-clock minute `wall` (entry.c, cron.c)."""
+    minute, hour, dom, month, dow = fields
+    if wall.minute not in _values(minute, 0, 59, {}) or wall.hour not in _values(hour, 0, 23, {}):
+        return False
+    if wall.month not in _values(month, 1, 12, _MONTHS):
+        return False
+    on_day = wall.day in _values(dom, 1, 31, {})
+    on_weekday = (wall.isoweekday() % 7) in {d % 7 for d in _values(dow, 0, 7, _WEEKDAYS)}
+    if dom.startswith("*") or dow.startswith("*"):
+        return on_day and on_weekday
+    return on_day or on_weekday
+
+
+def check_dst(job: Job, time_zone: str, today: dt.date) -> None:
+    """ExportError (file:line) for a fixed-time job due in a wall-clock minute that a spring
+    night of `time_zone` skips: Debian's cron runs it right after the jump, Kubernetes never."""
+    fields = _DESCRIPTOR_FIELDS.get(job.schedule, job.schedule).split()
+    if len(fields) != 5 or fields[0].startswith("*") or fields[1].startswith("*"):
+        return  # @reboot (refused elsewhere), or a wildcard job: it runs in real time on both
+    for night in skipped_wall_minutes(time_zone, today):
+        for wall in night:
+            if _fires_at(fields, wall):
+                raise _refuse(
+                    job,
+                    f"{wall:%H:%M} on {wall:%Y-%m-%d} does not exist in {time_zone} (the clock "
+                    f"jumps from {night[0]:%H:%M} to {night[-1] + dt.timedelta(minutes=1):%H:%M}"
+                    "): Debian's cron runs the job right after the jump, Kubernetes skips that "
+                    "day's run; move it out of that hour, or use a TIME_ZONE without DST",
+                )
+
+
 def _and_differs_from_or(dom: str, month: str, dow: str) -> bool:
     """Whether some real date matches exactly one of the two day fields (then AND and OR give
     different days). Every (month, day, weekday) triple with a day that month has occurs in
@@ -407,6 +489,7 @@ def export(
     *,
     databases: dict,
     time_zone: str,
+    today: dt.date,
     crontab_dir: Path | str | None = None,
 ) -> list[dict]:
     """The CronJobs for crontab.d (validated like install_crontab does, arguments included)
@@ -417,11 +500,14 @@ def export(
         schedule = load_schedule(crontab_dir, check_args=True)
     except CrontabError as exc:
         raise ExportError(str(exc)) from None
-    return cronjobs(schedule, time_zone, options)
+    return cronjobs(schedule, time_zone, options, today=today)
 
 
-def cronjobs(schedule: Schedule, time_zone: str, options: ExportOptions) -> list[dict]:
-    """One CronJob per job, in crontab.d order; ExportError on the first that cannot be."""
+def cronjobs(
+    schedule: Schedule, time_zone: str, options: ExportOptions, *, today: dt.date
+) -> list[dict]:
+    """One CronJob per job, in crontab.d order; ExportError on the first that cannot be.
+    `today`: where the DST check's years start."""
     check_time_zone(time_zone)
     if not schedule.jobs:
         raise ExportError("crontab.d has no jobs: nothing to export")
@@ -437,6 +523,7 @@ def cronjobs(schedule: Schedule, time_zone: str, options: ExportOptions) -> list
                 "with --name="
             )
         taken[name] = job
+        check_dst(job, time_zone, today)
         documents.append(cronjob(job, time_zone, options))
     return documents
 

@@ -51,9 +51,12 @@ def crontab_dir(tmp_path: Path, *files: str) -> Path:
     return directory
 
 
+TODAY = dt.date(2026, 12, 1)
+
+
 def export(directory, options=OPTIONS, time_zone="UTC", databases=POSTGRES) -> list[dict]:
     return kubernetes.export(
-        options, databases=databases, time_zone=time_zone, crontab_dir=directory
+        options, databases=databases, time_zone=time_zone, today=TODAY, crontab_dir=directory
     )
 
 
@@ -764,3 +767,59 @@ def test_a_job_that_stands_by_gets_its_standby_bound_added_to_the_deadline(tmp_p
     settings.OPS_STANDBY = "perhaps"
     with pytest.raises(ExportError, match="OPS_STANDBY: 'perhaps'"):
         export(directory)
+
+
+# --- DST: what Kubernetes' parser skips --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "30 2 * * * sleep_demo",
+        "0 2 * * 0 sleep_demo",  # the last Sunday of March is a Sunday
+        "15 1,2 * 3 * sleep_demo",
+    ],
+)
+def test_a_fixed_time_job_in_the_skipped_spring_hour_is_refused_with_file_and_line(tmp_path, line):
+    directory = crontab_dir(tmp_path, f"# a job\n{line}\n")
+    with pytest.raises(kubernetes.ExportError) as refused:
+        export(directory, time_zone="Europe/Berlin")
+    message = str(refused.value)
+    assert message.startswith(f"{directory}/10-jobs.cron:2: sleep_demo: ")
+    assert (
+        "on 2027-03-28 does not exist in Europe/Berlin (the clock jumps from 02:00 to 03:00)"
+        in message
+    )
+
+
+@pytest.mark.parametrize(
+    "line, zone",
+    [
+        ("30 2 * * * sleep_demo", "UTC"),  # no DST
+        ("30 2 * * * sleep_demo", "Asia/Tokyo"),
+        ("30 3 * * * sleep_demo", "Europe/Berlin"),  # after the jump
+        ("30 2 * * 1-6 sleep_demo", "Europe/Berlin"),  # never on a Sunday
+        ("30 2 * 4-12 * sleep_demo", "Europe/Berlin"),  # never in March
+        ("*/15 * * * * sleep_demo", "Europe/Berlin"),  # a wildcard job runs in real time
+        ("30 * * * * sleep_demo", "Europe/Berlin"),
+        ("@daily sleep_demo", "Europe/Berlin"),
+        ("30 1 * * * sleep_demo", "America/New_York"),  # its gap is 02:00-02:59
+    ],
+)
+def test_a_job_kubernetes_runs_as_debian_does_on_spring_nights_is_exported(tmp_path, line, zone):
+    [document] = export(crontab_dir(tmp_path, line + "\n"), time_zone=zone)
+    assert document["spec"]["schedule"] == line.rsplit(" ", 1)[0]
+
+
+def test_the_skipped_minutes_are_the_zones_own_gap():
+    [first, *_] = kubernetes.skipped_wall_minutes("America/New_York", dt.date(2027, 1, 1), years=1)
+    assert (first[0], first[-1], len(first)) == (
+        dt.datetime(2027, 3, 14, 2, 0),
+        dt.datetime(2027, 3, 14, 2, 59),
+        60,
+    )
+    [lord_howe, *_] = kubernetes.skipped_wall_minutes(
+        "Australia/Lord_Howe", dt.date(2027, 1, 1), years=1
+    )
+    assert len(lord_howe) == 30  # a half-hour change
+    assert kubernetes.skipped_wall_minutes("UTC", dt.date(2027, 1, 1)) == ()

@@ -2,6 +2,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from ops import conf, kubernetes
 from ops.durations import parse_duration
@@ -102,7 +103,10 @@ class Command(BaseCommand):
                 else {},
             )
             documents = kubernetes.export(
-                export, databases=settings.DATABASES, time_zone=settings.TIME_ZONE
+                export,
+                databases=settings.DATABASES,
+                time_zone=settings.TIME_ZONE,
+                today=timezone.localdate(),
             )
             if options["output_dir"]:
                 directory = Path(options["output_dir"])
