@@ -201,8 +201,10 @@ class JobAdmin(ReadOnlyAdmin):
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": title,
-            "outcome_colours": [
-                (o.replace("_", " "), c) for o, c in jobs_page.OUTCOME_COLOURS.items()
+            "outcome_colours": [  # skips are not attempts: the strip never shows one
+                (o.replace("_", " "), c)
+                for o, c in jobs_page.OUTCOME_COLOURS.items()
+                if o != Outcome.SKIPPED
             ],
             "strip": jobs_page.STRIP,
             "spark": jobs_page.SPARK,

@@ -81,6 +81,8 @@ def test_a_run_taken_over_shows_in_its_own_colour_and_changes_no_state(scenario,
     others = {c for o, c in jobs_page.OUTCOME_COLOURS.items() if o != Outcome.TAKEN_OVER}
     assert colour not in others
     assert f'background-color:{colour}"></span>taken over' in html  # the legend
+    legend = html.split('class="cronops-legend"', 1)[1].split("</p>", 1)[0]
+    assert "</span>skipped" not in legend  # skips are never marks of the strip
 
 
 @pytest.mark.django_db

@@ -10,6 +10,7 @@ nine hours), and nothing on the page is near a boundary while the test runs.
 import datetime as dt
 import os
 import re
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -17,12 +18,24 @@ import pytest
 from ops import jobs_page
 from ops.slots import current_slot, previous_slots
 from tests.browser import CHROMIUM, Server, chromium_page, log_in, rgb, style
-from tests.conftest import base_env, require
+from tests.conftest import REPO, base_env, require
 from tests.test_status import insert_sql
+
+# The screenshots outlive the test run (pytest's tmp_path does not): `make test` leaves them
+# here for a look, and CI can keep the folder.
+ARTEFACTS = Path(os.environ.get("CRONOPS_TEST_ARTEFACTS") or REPO / "var/test-artefacts")
 
 TZ = ZoneInfo("Asia/Tokyo")
 USER, PASSWORD = "operator", "correct-horse-battery"
 HEADER_BG = "rgb(65, 118, 144)"  # the admin's --header-bg (#417690): base.css applied
+
+
+def shot(page, name: str) -> None:
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    target = ARTEFACTS / name
+    target.unlink(missing_ok=True)
+    page.screenshot(path=str(target), full_page=True)
+    assert target.stat().st_size > 10_000  # a page, not an empty canvas
 
 
 def row(job, slot, outcome, started, duration=4.0, exit_code=0, note=""):
@@ -196,7 +209,7 @@ def test_the_jobs_page_served_with_debug_off_is_styled_and_pictures_the_history(
         next_fire = (facts["latest"].at + dt.timedelta(days=1)).astimezone(TZ)
         cells = page.locator("tr[data-job='billing'] td")
         assert cells.nth(3).inner_text() == next_fire.strftime("%Y-%m-%d %H:%M")
-        page.screenshot(path=str(tmp_path / "jobs-page.png"), full_page=True)
+        shot(page, "jobs-page.png")
 
         page.click("tr[data-job='billing'] th a")
         page.wait_for_url("**/admin/ops/job/billing/")
@@ -222,7 +235,7 @@ def test_the_jobs_page_served_with_debug_off_is_styled_and_pictures_the_history(
         )
         assert page.locator("a.cronops-day").count() == 90
         assert "0 of 1 slots served" in page.get_attribute(cell(5), "title")
-        page.screenshot(path=str(tmp_path / "job-calendar.png"), full_page=True)
+        shot(page, "job-calendar.png")
 
         # a day links to its runs: the failure and the run by hand that served it
         page.click(cell(2))
@@ -231,5 +244,3 @@ def test_the_jobs_page_served_with_debug_off_is_styled_and_pictures_the_history(
         assert runs.count() == 2
         assert "Succeeded" in runs.nth(0).inner_text()
         assert "Failed" in runs.nth(1).inner_text()
-    assert (tmp_path / "jobs-page.png").stat().st_size > 10_000
-    assert (tmp_path / "job-calendar.png").stat().st_size > 10_000
