@@ -76,11 +76,6 @@ def is_ours(check: dict, tag: str) -> bool:
     )
 
 
-def tz_for_server(tz: str) -> str:
-    """TIME_ZONE as the server stores it (its current name when TIME_ZONE is a legacy one)."""
-    return current_name(tz) or tz
-
-
 def legacy_tz_warning(tz: str) -> str | None:
     current = current_name(tz)
     if current is None:
@@ -103,7 +98,10 @@ def desired_spec(job: Job, *, tz: str, tag: str) -> dict:
     }
     if job.cron_expr:
         spec["schedule"] = job.cron_expr
-        spec["tz"] = tz_for_server(tz)
+        # As written: the server stores it under its own tzdata's current name, and `diff`
+        # compares zones by what they link to, so where this host's tzdata and the server's
+        # disagree on a link (a build with or without backzone) nothing is sent twice.
+        spec["tz"] = tz
     else:
         spec["timeout"] = REBOOT_TIMEOUT
     return spec
