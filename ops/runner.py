@@ -488,7 +488,7 @@ class Runner:
         self.caught_up: list[str] = []
         self.summarised = False
         self.catch_up_failure = 0  # the exit code of this call's first failed catch-up slot
-        # How long this call stands by for a busy slot (None: it does not); from its start.
+        # How long this call stands by for a busy slot (None: it does not); from the lock on.
         self.standby = standby_bound(plan.options, self.heartbeat)
         self.standby_deadline = time.monotonic() + (self.standby or 0)
 
@@ -558,6 +558,8 @@ class Runner:
         if not lock.acquire(self.opts.wait):
             holder = lock.holder()
             return self.skip(None, f"skipped: {holder.describe()}", EXIT_SKIPPED)
+        # The standby's bound counts from here: a --wait for the lock does not use it up.
+        self.standby_deadline = time.monotonic() + (self.standby or 0)
         self.guard.install()
         # Orphaned grandchildren of the command reparent to run_job (ops/children.py).
         subreaper = children.set_subreaper(True)
