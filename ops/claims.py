@@ -33,6 +33,7 @@ from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
 from django.db.models import F, Q
+from django.db.transaction import TransactionManagementError
 
 from . import children, process
 from .models import JobRun, Outcome, SlotClaim
@@ -147,19 +148,30 @@ def _same_slot(job: str, slot: Slot):
     )
 
 
-def _lock_job(job: str, *, shared: bool = False) -> None:
-    """Serialise claims of one job (inside the claim's transaction): a claim and its look for
-    the same slot under other keys are then one step, so of two runs of one instant under two
-    keys the second always sees the first. PostgreSQL: a transaction-scoped advisory lock (one
-    per job; other jobs never wait); SQLite: the write lock, which IMMEDIATE transactions take at
-    BEGIN (config/settings.py). `shared`: a fencing job's lock (`still_held(lock=True)`), which
-    every claim and takeover of the job waits for, and heartbeats do not."""
+def _advisory_lock(key: str, *, shared: bool = False) -> None:
+    """A transaction-scoped PostgreSQL advisory lock on `key` (SQLite: nothing to take; its
+    IMMEDIATE transactions hold the one write lock from BEGIN, config/settings.py)."""
     if connection.vendor != "postgresql":
         return
-    digest = hashlib.sha256(f"cronops claim {job}".encode()).digest()
+    digest = hashlib.sha256(key.encode()).digest()
     function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {function}(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
+
+
+def _lock_job(job: str) -> None:
+    """Serialise claims of one job (inside the claim's transaction): a claim and its look for
+    the same slot under other keys are then one step, so of two runs of one instant under two
+    keys the second always sees the first. One lock per job: other jobs never wait."""
+    _advisory_lock(f"cronops claim {job}")
+
+
+def _lock_holder(job: str, slot_key: str, *, shared: bool = False) -> None:
+    """The holder of one running claim: a fencing transaction of the holder's job
+    (`still_held(lock=True)`) takes it shared, a takeover of that claim exclusively, so the
+    takeover waits for the fencing commit. Heartbeats, and the claims of other slots or of a
+    claim that is plainly busy, never take it."""
+    _advisory_lock(f"cronops holder {job} {slot_key}", shared=shared)
 
 
 class _Yield(Exception):
@@ -180,6 +192,7 @@ def _conflict(job: str, slot: Slot, *, me, now, stale_after, force) -> ClaimResu
             continue
         if holder_alive(row, now, stale_after, me):
             return ClaimResult(status="busy", holder=row)
+        _lock_holder(job, row.slot)  # a fencing transaction of its holder ends first
         gone = SlotClaim.objects.filter(pk=row.pk, version=row.version, state=Outcome.RUNNING)
         if gone.update(state=Outcome.ABANDONED, version=F("version") + 1) and row.run_id:
             _abandon(row, proven_gone=process.same_machine(holder_of(row), me))
@@ -275,6 +288,10 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
                 if process.same_machine(holder_of(row), me) and process.is_gone(holder_of(row), me):
                     left = survivor(row)
                 return ClaimResult(status="busy", holder=row, survivor=left)
+            if row.state == Outcome.RUNNING:
+                # A takeover: a fencing transaction of the holder ends first; the UPDATE below
+                # then sees the claim as committed (a heartbeat meanwhile keeps it).
+                _lock_holder(job, row.slot)
             taken = SlotClaim.objects.filter(free, pk=row.pk, version=row.version).update(
                 state=Outcome.RUNNING,
                 version=F("version") + 1,
@@ -353,12 +370,21 @@ class HeldClaim:
     def still_held(self, *, lock: bool = False) -> bool:
         """Whether this run still holds its claim (no other run took the slot over).
 
-        With `lock=True`, inside `transaction.atomic()`, the job's claims stay locked until
-        the transaction ends (a shared advisory lock on PostgreSQL, the one every claim and
-        takeover of the job takes exclusively): a takeover waits for it, so what the
-        transaction writes is written by the holder. The claim's row is not locked, so the
-        holder's heartbeats go on meanwhile and a long transaction does not make it look dead.
-        (SQLite has one writer at a time anyway.)"""
+        With `lock=True`, inside `transaction.atomic()`, a takeover of this claim waits until
+        the transaction ends (a shared advisory lock on PostgreSQL, which a takeover takes
+        exclusively), so what the transaction writes is written by the holder. The claim's row
+        is not locked and other claims of the job do not wait: the holder's heartbeats go on
+        meanwhile, a long transaction does not make it look dead, and a second run of the slot
+        is still told `busy` at once. (SQLite has one writer at a time anyway.)
+
+        Outside a transaction (autocommit) the lock would end with its own statement:
+        TransactionManagementError. PostgreSQL's REPEATABLE READ or SERIALIZABLE would read the
+        claim from a snapshot taken before the lock (a takeover committed meanwhile goes
+        unseen): refused too, the check needs READ COMMITTED (Django's default)."""
+        if lock and connection.get_autocommit():
+            raise TransactionManagementError(
+                "still_held(lock=True) outside transaction.atomic() holds nothing"
+            )
         rows = SlotClaim.objects.filter(
             job=self.job,
             slot=self.slot,
@@ -367,7 +393,16 @@ class HeldClaim:
             state=Outcome.RUNNING,
         )
         if lock:
-            _lock_job(self.job, shared=True)
+            _lock_holder(self.job, self.slot, shared=True)
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT current_setting('transaction_isolation')")
+                    (level,) = cursor.fetchone()
+                if level != "read committed":
+                    raise TransactionManagementError(
+                        f"still_held(lock=True) needs READ COMMITTED, not {level.upper()}: "
+                        "its snapshot predates the lock, so a takeover would go unseen"
+                    )
         return rows.exists()
 
 

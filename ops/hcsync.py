@@ -29,6 +29,7 @@ get 409); nothing is changed for that slug.
 """
 
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 
 from . import conf
@@ -149,6 +150,19 @@ def diff_check(spec: dict, check: dict) -> list[str]:
     return changes
 
 
+def pings_its_slug(job: Job, matches: list[dict]) -> bool:
+    """Whether the job's pings reach its slug's check: no --no-ping, and no --ping, or a --ping
+    naming that very check (its UUID, or a URL ending in its slug or UUID)."""
+    if job.options.no_ping:
+        return False
+    override = job.options.ping
+    if not override:
+        return True
+    path = urllib.parse.urlsplit(override).path if "://" in override else override
+    last = path.rstrip("/").rsplit("/", 1)[-1]
+    return last == job.name or any(last == check_uuid(c) for c in matches)
+
+
 def plan(
     schedule: Schedule,
     checks: list[dict],
@@ -171,11 +185,11 @@ def plan(
     changes: list[Change] = []
     wanted = set()
     for job in schedule.jobs:
-        if job.options.no_ping or job.options.ping:
+        matches = by_slug.get(job.name, [])
+        if not pings_its_slug(job, matches):
             continue  # never pings its slug's check: such a check could only go down
         wanted.add(job.name)
         spec = desired_spec(job, tz=tz, tag=tag)
-        matches = by_slug.get(job.name, [])
         if len(matches) > 1:
             shared = ", ".join(f"{check_uuid(c)} {c.get('name')!r}" for c in matches)
             changes.append(Change("duplicate", job.name, {}, [shared]))

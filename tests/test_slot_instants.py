@@ -244,10 +244,12 @@ def test_the_two_copies_lines_serve_one_instant_under_two_keys():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_fencing_transaction_lets_heartbeats_through_and_holds_a_takeover_back():
+def test_a_fencing_transaction_holds_back_only_a_takeover_of_its_own_claim():
     """A job inside `still_held(lock=True)` for longer than three heartbeats must not look
-    dead: its heartbeats (the runner's thread, its own connection) go on, and a standby's
-    takeover waits for the commit. Before: the row lock blocked the heartbeat too."""
+    dead: its heartbeats (the runner's thread, its own connection) go on, a second run of the
+    slot is told busy at once, another slot of the job is claimed at once, and only a takeover
+    of its claim waits for the commit. Before: the row lock blocked the heartbeat too, and then
+    a job-wide lock every claim of the job."""
     import threading
 
     from django.db import OperationalError, connection, transaction
@@ -262,33 +264,97 @@ def test_a_fencing_transaction_lets_heartbeats_through_and_holds_a_takeover_back
     )  # fmt: skip
     fence = claims.HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
     later = start + dt.timedelta(minutes=10)  # the job's transaction has lasted 10 minutes
-    seen: dict[str, object] = {}
 
-    def on_its_own_connection(name: str, step) -> None:
+    def on_its_own_connection(step):
+        seen = []
+
+        def run():
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SET lock_timeout = '2s'")
+                seen.append(step())
+            except OperationalError as exc:
+                seen.append(type(exc).__name__)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        return seen[0]
+
+    def another_host(at: dt.datetime, which=slot) -> str:
+        return claims.claim(
+            "t", which, host="host-b", pid=1, now=at, stale_after=90.0, force=False,
+            command="t", heartbeat=30.0,
+        ).status  # fmt: skip
+
+    tomorrow = slots.make_slot("0 3 * * *", dt.datetime(2026, 12, 2, 3, 0, tzinfo=UTC))
+    with transaction.atomic():
+        assert fence.still_held(lock=True)
+        assert on_its_own_connection(lambda: claims.heartbeat(held.run, later)) == 1
+        assert on_its_own_connection(lambda: another_host(later + dt.timedelta(seconds=30))) == (
+            "busy"
+        )
+        assert on_its_own_connection(lambda: another_host(later, tomorrow)) == "claimed"
+        # stale by then (no heartbeat for an hour): a takeover, which waits for the commit
+        stale = later + dt.timedelta(hours=1)
+        assert on_its_own_connection(lambda: another_host(stale)) == "OperationalError"
+    assert another_host(later + dt.timedelta(seconds=30)) == "busy"  # the heartbeat keeps it
+    assert fence.still_held()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fence_outside_a_transaction_is_refused_not_silently_empty():
+    # Autocommit: the advisory lock would end with its own statement (before: the row lock's
+    # select_for_update raised the same on PostgreSQL).
+    from django.db.transaction import TransactionManagementError
+
+    slot = slots.make_slot("0 3 * * *", dt.datetime(2026, 12, 1, 3, 0, tzinfo=UTC))
+    held = claims.claim(
+        "t", slot, host="host-a", pid=4242, now=dt.datetime(2026, 12, 1, 3, 0, 1, tzinfo=UTC),
+        stale_after=90.0, force=False, command="t", identity=another_machine(), heartbeat=30.0,
+    )  # fmt: skip
+    fence = claims.HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
+    with pytest.raises(TransactionManagementError):
+        fence.still_held(lock=True)
+    assert fence.still_held()  # without the lock: a plain read, fine in autocommit
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fence_under_repeatable_read_is_refused_its_snapshot_predates_the_lock():
+    import threading
+
+    from django.db import connection, transaction
+    from django.db.transaction import TransactionManagementError
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's isolation levels")
+    slot = slots.make_slot("0 3 * * *", dt.datetime(2026, 12, 1, 3, 0, tzinfo=UTC))
+    start = dt.datetime(2026, 12, 1, 3, 0, 1, tzinfo=UTC)
+    held = claims.claim(
+        "t", slot, host="host-a", pid=4242, now=start, stale_after=90.0, force=False,
+        command="t", identity=another_machine(), heartbeat=30.0,
+    )  # fmt: skip
+    fence = claims.HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
+    seen = {}
+
+    def take_over():
         try:
-            with connection.cursor() as cursor:
-                cursor.execute("SET lock_timeout = '2s'")
-            seen[name] = step()
-        except OperationalError as exc:
-            seen[name] = type(exc).__name__
+            seen["status"] = claims.claim(
+                "t", slot, host="host-b", pid=1, now=start + dt.timedelta(hours=1),
+                stale_after=90.0, force=False, command="t", heartbeat=30.0,
+            ).status  # fmt: skip
         finally:
             connection.close()
 
-    def standby():
-        return claims.claim(
-            "t", slot, host="host-b", pid=1, now=later + dt.timedelta(seconds=30),
-            stale_after=90.0, force=False, command="t", heartbeat=30.0,
-        ).status  # fmt: skip
-
-    with transaction.atomic():
-        assert fence.still_held(lock=True)
-        for name, step in [
-            ("heartbeat", lambda: claims.heartbeat(held.run, later)),
-            ("takeover", standby),
-        ]:
-            thread = threading.Thread(target=on_its_own_connection, args=(name, step))
-            thread.start()
-            thread.join()
-    assert seen == {"heartbeat": 1, "takeover": "OperationalError"}  # the lock timed out
-    assert standby() == "busy"  # after the commit: the heartbeat 30 s ago keeps the holder
-    assert fence.still_held()
+    with pytest.raises(TransactionManagementError), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("SELECT 1 FROM ops_jobrun LIMIT 1")  # the snapshot is taken here
+        thread = threading.Thread(target=take_over)
+        thread.start()
+        thread.join()
+        assert seen == {"status": "claimed"}
+        fence.still_held(lock=True)  # before: True, from the snapshot, after the takeover
+    assert not fence.still_held()

@@ -446,3 +446,19 @@ def test_jobs_that_never_ping_their_slug_get_no_check(hc, configured):
     )
     code, out, _ = sync("--prune")
     assert "deleted      metrics" in out
+
+
+def test_a_ping_override_naming_the_jobs_own_check_keeps_it(hc, configured):
+    # `--ping` with the UUID (or ping URL) of the very check sync made for the job: the job
+    # pings it, so it is neither stale nor deleted by --prune.
+    (configured / "20-own.cron").write_text("0 6 * * * --name=own sleep_demo --seconds=0\n")
+    sync()
+    [own] = [c for c in hc.checks.values() if c.slug == "own"]
+    for ping in (own.uuid, f"https://hc-ping.com/{own.uuid}", "https://hc-ping.com/pk/own"):
+        (configured / "20-own.cron").write_text(
+            f"0 6 * * * --name=own --ping={ping} sleep_demo --seconds=0\n"
+        )
+        code, out, _ = sync("--prune")
+        assert code == 0, out
+        assert "deleted      own" not in out and "stale" not in out, out
+        assert any(c.slug == "own" for c in hc.checks.values())
