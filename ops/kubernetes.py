@@ -23,9 +23,10 @@ vendor/github.com/robfig/cron/v3/parser.go and spec.go). Where the two differ:
   (`N/S` and `?` differ too, but the crontab.d validator already refuses both.)
 - DST: a fixed-time job (minute and hour not starting with `*`) due inside the wall-clock hour
   that a spring night skips runs right after the jump under Debian's cron and not at all under
-  robfig's `Next`, which walks real hours: refused for the zone's changes of the next three
-  years from `today` (passed in). In the repeated autumn hour Kubernetes may start such a job twice;
-  the second run finds the slot `already done`, so that one is only documented.
+  robfig's `Next`, which walks real hours: refused for the zone's changes of the next 28
+  years from `today` (passed in), in which every date falls on every weekday. In the repeated
+  autumn hour Kubernetes may start such a job twice; the second run finds the slot `already
+  done`, so that one is only documented.
 
 The YAML is written here rather than with a YAML library (none is a runtime dependency): block
 mappings and sequences with every string double-quoted, JSON-style, which YAML reads as written.
@@ -284,7 +285,7 @@ _DESCRIPTOR_FIELDS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-DST_YEARS = 3
+DST_YEARS = 28  # the Gregorian calendar's cycle of dates and weekdays (within a century)
 
 
 @functools.cache
@@ -292,28 +293,29 @@ def skipped_wall_minutes(
     time_zone: str, since: dt.date, years: int = DST_YEARS
 ) -> tuple[tuple[dt.datetime, ...], ...]:
     """The wall-clock minutes (naive datetimes) that `time_zone` skips on its spring nights in
-    the `years` years from `since`, one list per night."""
+    the `years` years from `since` (from the day before in UTC, so a zone east of UTC keeps
+    the rest of its day), one tuple per night."""
     tz = zoneinfo.ZoneInfo(time_zone)
-    start = dt.datetime(since.year, since.month, since.day, tzinfo=dt.UTC)
-    end = (
-        start.replace(year=since.year + years)
-        if (since.month, since.day) != (2, 29)
-        else (start + dt.timedelta(days=365 * years))
-    )
+
+    def offset(instant: dt.datetime) -> dt.timedelta | None:
+        return instant.astimezone(tz).utcoffset()
+
+    start = dt.datetime(since.year, since.month, since.day, tzinfo=dt.UTC) - dt.timedelta(days=1)
+    end = start + dt.timedelta(days=round(365.2425 * years) + 1)
+    step = dt.timedelta(hours=6)  # a zone's changes are months apart
     nights = []
-    hour = dt.timedelta(hours=1)
-    at, before = start, start.astimezone(tz).utcoffset()
+    at, before = start, offset(start)
     while at < end:
-        after = (at + hour).astimezone(tz).utcoffset()
+        after = offset(at + step)
         if after != before and after is not None and before is not None:
-            minute = at  # the change lies within this hour (UTC): find its minute
-            while minute.astimezone(tz).utcoffset() == before:
+            minute = at  # the change lies within these six hours: find its minute
+            while offset(minute) == before:
                 minute += dt.timedelta(minutes=1)
             if after > before:
                 wall = (minute + before).replace(tzinfo=None)
                 gap = int((after - before).total_seconds() // 60)
                 nights.append(tuple(wall + dt.timedelta(minutes=m) for m in range(gap)))
-        at, before = at + hour, after
+        at, before = at + step, after
     return tuple(nights)
 
 
@@ -523,8 +525,8 @@ def cronjobs(
                 "with --name="
             )
         taken[name] = job
-        check_dst(job, time_zone, today)
         documents.append(cronjob(job, time_zone, options))
+        check_dst(job, time_zone, today)  # after the schedule's own checks (`7` for Sunday)
     return documents
 
 

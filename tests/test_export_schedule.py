@@ -823,3 +823,27 @@ def test_the_skipped_minutes_are_the_zones_own_gap():
     )
     assert len(lord_howe) == 30  # a half-hour change
     assert kubernetes.skipped_wall_minutes("UTC", dt.date(2027, 1, 1)) == ()
+
+
+def test_a_date_whose_spring_night_is_years_away_is_refused_too(tmp_path):
+    # 2033-03-27 is Berlin's spring night: seven years after the export, still refused.
+    directory = crontab_dir(tmp_path, "30 2 27 3 * sleep_demo\n")
+    with pytest.raises(kubernetes.ExportError, match="02:30 on 2033-03-27 does not exist"):
+        export(directory, time_zone="Europe/Berlin")
+
+
+def test_a_spring_night_later_on_the_day_of_the_export_counts_east_of_utc(tmp_path):
+    # Auckland's spring night, 2027-09-26 02:00 NZST -> 03:00 NZDT: an export made at 01:00
+    # local time that day (still the 25th in UTC) must see it.
+    directory = crontab_dir(tmp_path, "30 2 * * * sleep_demo\n")
+    with pytest.raises(kubernetes.ExportError, match="on 2027-09-26 does not exist"):
+        kubernetes.export(
+            OPTIONS, databases=POSTGRES, time_zone="Pacific/Auckland",
+            today=dt.date(2027, 9, 26), crontab_dir=directory,
+        )  # fmt: skip
+
+
+def test_sunday_as_7_is_named_before_any_dst_night(tmp_path):
+    directory = crontab_dir(tmp_path, "30 2 * * 7 sleep_demo\n")
+    with pytest.raises(kubernetes.ExportError, match="day of week 7"):
+        export(directory, time_zone="Europe/Berlin")
