@@ -325,3 +325,28 @@ def test_an_ad_hoc_jobs_calendar_counts_runs_on_the_day_they_started(scenario, a
     table = runs.split('id="result_list"', 1)[1].split("</table>", 1)[0]
     assert table.split("<tbody>", 1)[1].count("<tr") == 1
     assert "2026-11-29 08:00:00" in table
+
+
+@pytest.mark.django_db
+def test_what_a_crontab_d_or_a_run_says_is_escaped_on_both_pages(scenario, admin_client):
+    evil = "<script>alert(1)</script>"
+    (scenario / "60-evil.cron").write_text(f"# {evil}\n0 5 * * * --name=evil sleep_demo\n")
+    JobRun.objects.create(
+        job="evil",
+        slot="2026-11-29",
+        outcome=Outcome.FAILED,
+        exit_code=1,
+        started_at=NOW - dt.timedelta(hours=2),
+        finished_at=NOW - dt.timedelta(hours=2),
+        duration=1.0,
+        host=evil,
+        note=evil,
+        pid=1,
+    )
+    with time_machine.travel(NOW, tick=False):
+        pages = [admin_client.get(JOBS), admin_client.get(detail("evil"))]
+    for page in pages:
+        assert page.status_code == 200
+        html = page.content.decode()
+        assert "<script>" not in html
+        assert "&lt;script&gt;" in html
