@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .crontabd import CrontabError, Job, Schedule, load_schedule
+from .crontabd import SPECIALS, CrontabError, Job, Schedule, load_schedule
 
 MANAGED_BY = "cronops"
 HEADER = (
@@ -275,16 +275,6 @@ def kubernetes_schedule(job: Job) -> str:
     return job.schedule
 
 
-# Descriptors as Debian's cron expands them (entry.c), for the DST check.
-_DESCRIPTOR_FIELDS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 DST_YEARS = 28  # the Gregorian calendar's cycle of dates and weekdays (within a century)
 
 
@@ -336,7 +326,7 @@ def _fires_at(fields: list[str], wall: dt.datetime) -> bool:
 def check_dst(job: Job, time_zone: str, today: dt.date) -> None:
     """ExportError (file:line) for a fixed-time job due in a wall-clock minute that a spring
     night of `time_zone` skips: Debian's cron runs it right after the jump, Kubernetes never."""
-    fields = _DESCRIPTOR_FIELDS.get(job.schedule, job.schedule).split()
+    fields = (SPECIALS.get(job.schedule, job.schedule) or "").split()  # @reboot: none
     if len(fields) != 5 or fields[0].startswith("*") or fields[1].startswith("*"):
         return  # @reboot (refused elsewhere), or a wildcard job: it runs in real time on both
     for night in skipped_wall_minutes(time_zone, today):

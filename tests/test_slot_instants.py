@@ -243,6 +243,19 @@ def test_the_two_copies_lines_serve_one_instant_under_two_keys():
     assert keys == {"2026-01-01", "2026-01-01 05:30+05:30"}
 
 
+def fenced_claim():
+    """Today's 03:00 slot of job "t", held by a process on another machine (heartbeat 30 s):
+    (slot, claim time, the claim, the holder's fence)."""
+    slot = slots.make_slot("0 3 * * *", dt.datetime(2026, 12, 1, 3, 0, tzinfo=UTC))
+    start = dt.datetime(2026, 12, 1, 3, 0, 1, tzinfo=UTC)
+    held = claims.claim(
+        "t", slot, host="host-a", pid=4242, now=start, stale_after=90.0, force=False,
+        command="t", identity=another_machine(), heartbeat=30.0,
+    )  # fmt: skip
+    fence = claims.HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
+    return slot, start, held, fence
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_fencing_transaction_holds_back_only_a_takeover_of_its_own_claim():
     """A job inside `still_held(lock=True)` for longer than three heartbeats must not look
@@ -256,13 +269,7 @@ def test_a_fencing_transaction_holds_back_only_a_takeover_of_its_own_claim():
 
     if connection.vendor != "postgresql":
         pytest.skip("SQLite has one writer at a time: no fencing lock to share")
-    slot = slots.make_slot("0 3 * * *", dt.datetime(2026, 12, 1, 3, 0, tzinfo=UTC))
-    start = dt.datetime(2026, 12, 1, 3, 0, 1, tzinfo=UTC)
-    held = claims.claim(
-        "t", slot, host="host-a", pid=4242, now=start, stale_after=90.0, force=False,
-        command="t", identity=another_machine(), heartbeat=30.0,
-    )  # fmt: skip
-    fence = claims.HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
+    slot, start, held, fence = fenced_claim()
     later = start + dt.timedelta(minutes=10)  # the job's transaction has lasted 10 minutes
 
     def on_its_own_connection(step):
@@ -310,12 +317,7 @@ def test_a_fence_outside_a_transaction_is_refused_not_silently_empty():
     # select_for_update raised the same on PostgreSQL).
     from django.db.transaction import TransactionManagementError
 
-    slot = slots.make_slot("0 3 * * *", dt.datetime(2026, 12, 1, 3, 0, tzinfo=UTC))
-    held = claims.claim(
-        "t", slot, host="host-a", pid=4242, now=dt.datetime(2026, 12, 1, 3, 0, 1, tzinfo=UTC),
-        stale_after=90.0, force=False, command="t", identity=another_machine(), heartbeat=30.0,
-    )  # fmt: skip
-    fence = claims.HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
+    *_, fence = fenced_claim()
     with pytest.raises(TransactionManagementError):
         fence.still_held(lock=True)
     assert fence.still_held()  # without the lock: a plain read, fine in autocommit
@@ -330,13 +332,7 @@ def test_a_fence_under_repeatable_read_is_refused_its_snapshot_predates_the_lock
 
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's isolation levels")
-    slot = slots.make_slot("0 3 * * *", dt.datetime(2026, 12, 1, 3, 0, tzinfo=UTC))
-    start = dt.datetime(2026, 12, 1, 3, 0, 1, tzinfo=UTC)
-    held = claims.claim(
-        "t", slot, host="host-a", pid=4242, now=start, stale_after=90.0, force=False,
-        command="t", identity=another_machine(), heartbeat=30.0,
-    )  # fmt: skip
-    fence = claims.HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
+    slot, start, _, fence = fenced_claim()
     seen = {}
 
     def take_over():
