@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 
 from .output import hold_standard_fds, socket_above_standard_fds, utf8_end, utf8_start
+from .threads import start as start_thread
 
 log = logging.getLogger("ops.healthchecks")
 
@@ -136,7 +137,7 @@ class Pinger:
             daemon=True,
             name="cronops-start-ping",
         )
-        self._start_thread.start()
+        start_thread(self._start_thread)
 
     def finish(
         self, exit_code: int | None, body: bytes, *, kind: str | None = None, head: bytes = b""
@@ -322,7 +323,7 @@ def resolve(host: str, port: int, timeout: float) -> list[tuple]:
             result["error"] = exc
 
     thread = threading.Thread(target=lookup, daemon=True, name="cronops-resolve")
-    thread.start()
+    start_thread(thread)
     thread.join(max(0.0, timeout))
     if thread.is_alive():
         raise ResolveTimeout("name resolution timed out")

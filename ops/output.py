@@ -25,6 +25,8 @@ import time
 from builtins import bytes as _bytes
 from pathlib import Path
 
+from .threads import start as start_thread
+
 CHUNK = 65536
 
 
@@ -251,7 +253,7 @@ class CapturedOutput:
                 daemon=True,
                 name=f"cronops-output-{fd}",
             )
-            thread.start()
+            start_thread(thread)
             self._threads.append(thread)
         return self
 

@@ -41,6 +41,8 @@ from .output import (
 )
 from .redact import Redactor
 from .slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
+from .threads import RUN_SIGNALS, SIG_INTERRUPT
+from .threads import start as start_thread
 
 EXIT_SKIPPED = 75  # also a run whose claim was taken over: the slot is another run's now
 EXIT_TIMEOUT = 124
@@ -271,12 +273,6 @@ def execute(command: str, args: list[str]) -> tuple[int, str]:
     return 0, ""
 
 
-# --timeout and a takeover interrupt the command with a signal of our own, sent by a timer
-# thread: SIGALRM belongs to the job (libraries use signal.alarm for per-call timeouts, and one
-# that replaced or ignored our handler turned --timeout off).
-SIG_INTERRUPT = signal.SIGRTMIN + 4
-
-
 class Guard:
     """SIGTERM, SIGINT and --timeout for the whole run.
 
@@ -285,7 +281,7 @@ class Guard:
     claim is never left "running" by a signal that arrived between two database writes.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT, SIG_INTERRUPT)
+    SIGNALS = tuple(sorted(RUN_SIGNALS))
 
     def __init__(self):
         self.pending: JobInterrupted | None = None
@@ -380,7 +376,7 @@ class Guard:
             if timeout:
                 self._timer = threading.Timer(timeout, self._interrupt_main)
                 self._timer.daemon = True
-                self._timer.start()
+                start_thread(self._timer)
             yield
         finally:
             self._armed = False
@@ -425,7 +421,7 @@ class Heartbeat:
 
     def __enter__(self):
         if self.run.slot:
-            self._thread.start()
+            start_thread(self._thread)
         return self
 
     def __exit__(self, *exc):
