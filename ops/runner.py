@@ -41,7 +41,7 @@ from .output import (
 )
 from .redact import Redactor
 from .slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
-from .threads import RUN_SIGNALS, SIG_INTERRUPT
+from .threads import RUN_SIGNALS, SIG_INTERRUPT, Nudger
 from .threads import start as start_thread
 
 EXIT_SKIPPED = 75  # also a run whose claim was taken over: the slot is another run's now
@@ -292,8 +292,11 @@ class Guard:
         self._timeout: float | None = None
         self._timer: threading.Timer | None = None
         self._previous = {}
+        self._handled_at = 0.0  # when a handler of ours last ran (the Nudger asks)
+        self._nudger = Nudger(lambda: self._handled_at)
 
     def _on_signal(self, signum, frame):
+        self._handled_at = time.monotonic()
         if signum == SIG_INTERRUPT:
             if not self._armed:
                 return  # a timer that fired as the command ended: nothing to interrupt
@@ -344,6 +347,8 @@ class Guard:
     def install(self) -> None:
         for sig in self.SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
+        hold_standard_fds()  # the nudger's pipe must not take a number the caller closed
+        self._nudger.install()
 
     def _reinstall(self) -> None:
         # A job may have put in handlers of its own; ours must guard the record that follows.
@@ -358,6 +363,7 @@ class Guard:
     def uninstall(self) -> None:
         try:
             self._stop_timer()
+            self._nudger.uninstall()
         finally:
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
