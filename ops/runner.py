@@ -41,7 +41,7 @@ from .output import (
 )
 from .redact import Redactor
 from .slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
-from .threads import RUN_SIGNALS, SIG_INTERRUPT, Nudger
+from .threads import RUN_SIGNALS, SIG_INTERRUPT, Nudger, quiet_nudges
 from .threads import start as start_thread
 
 EXIT_SKIPPED = 75  # also a run whose claim was taken over: the slot is another run's now
@@ -347,13 +347,18 @@ class Guard:
     def install(self) -> None:
         for sig in self.SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
-        hold_standard_fds()  # the nudger's pipe must not take a number the caller closed
-        self._nudger.install()
+        try:
+            hold_standard_fds()  # the nudger's pipe must not take a number the caller closed
+            self._nudger.install()
+        except BaseException:  # no pipe or thread to be had: no guard left half in place
+            self.uninstall()
+            raise
 
     def _reinstall(self) -> None:
         # A job may have put in handlers of its own; ours must guard the record that follows.
         for sig in self.SIGNALS:
             signal.signal(sig, self._on_signal)
+        quiet_nudges()
 
     def _stop_timer(self) -> None:
         if self._timer is not None:

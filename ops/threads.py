@@ -1,12 +1,13 @@
-"""The run's helper threads never take the signals meant for the job.
+"""Signals meant for the job reach the main thread, and interrupt it.
 
 A signal sent to the process (`kill PID`: cron's, systemd's or an operator's SIGTERM) goes to
-any thread that does not block it. Python runs its handler in the main thread, but only once
-that thread runs bytecode again: a SIGTERM that landed on an output reader left the job asleep
-in `time.sleep(30)` for the whole 30 s (CI saw it once). So every thread the runner starts
-blocks them, and the kernel hands them to the main thread, which it wakes.
+any thread that does not block it, and Python runs its handler in the main thread only once
+that thread runs bytecode again. So every thread the runner starts blocks the run's signals
+(`start`: the kernel then picks the main thread, which it wakes), and `Nudger` interrupts the
+main thread again when a signal was taken just before a blocking call.
 """
 
+import contextlib
 import os
 import signal
 import threading
@@ -56,14 +57,14 @@ class Nudger:
         self._lock = threading.Lock()
 
     def install(self) -> None:
+        since = time.monotonic()  # before any byte the pipe will carry was written
         read, self._write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         os.set_blocking(read, True)
-        # Left in place after the run: a nudge already sent must never meet SIG_DFL (which
-        # ends the process for a real-time signal).
-        signal.signal(SIG_NUDGE, lambda signum, frame: None)
+        quiet_nudges()
         self._closed = False
         self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
-        start(threading.Thread(target=self._watch, args=(read,), daemon=True,
+        _live.add(self)
+        start(threading.Thread(target=self._watch, args=(read, since), daemon=True,
                                name="cronops-nudger"))  # fmt: skip
 
     def uninstall(self) -> None:
@@ -71,26 +72,68 @@ class Nudger:
             return
         with self._lock:
             self._closed = True  # no nudge from here on
-        signal.set_wakeup_fd(self._previous_fd)
+        _live.discard(self)
+        with contextlib.suppress(ValueError, OSError):  # a previous fd the caller has closed
+            signal.set_wakeup_fd(self._previous_fd)
         os.close(self._write)  # the watcher reads end of file, closes its end and ends
         self._write = -1
 
-    def _watch(self, read_fd: int) -> None:
+    def _after_fork_in_child(self) -> None:
+        # A forked child (multiprocessing's "fork", os.fork) must not write its own signals
+        # into the parent's pipe: the parent would nudge itself for a SIGTERM sent to a worker.
+        self._closed = True
+        with contextlib.suppress(ValueError, OSError):
+            if signal.set_wakeup_fd(-1) != self._write:
+                signal.set_wakeup_fd(self._previous_fd)  # not ours: left as the job set it
+        with contextlib.suppress(OSError):
+            os.close(self._write)
+        self._write = -1
+
+    def _watch(self, read_fd: int, since: float) -> None:
         main = threading.main_thread().ident
         try:
-            while data := os.read(read_fd, 64):
+            while data := os.read(read_fd, 4096):
+                # Every byte of `data` was written after `since`, so a handler run later than
+                # it ran for them. The time must not be taken now: this thread gets the GIL
+                # back only after the main thread, which has usually run the handler already
+                # (then all six nudges went out for nothing, each an EINTR in the job).
+                seen, since = since, time.monotonic()
                 if not RUN_SIGNALS.intersection(data):
                     continue
-                seen = time.monotonic()
                 for pause in NUDGES:
                     time.sleep(pause)
-                    if self.handled() >= seen or main is None:
+                    if self.handled() > seen or main is None:
                         break
                     with self._lock:
                         if self._closed:
                             break
                         signal.pthread_kill(main, SIG_NUDGE)
+                # The run that ended these nudges is not one for the next signal.
+                since = max(since, self.handled())
         except OSError:
             pass
         finally:
             os.close(read_fd)
+
+
+def _ignore_nudge(signum: int, frame: object) -> None:
+    """SIG_NUDGE's handler: only the interruption it causes matters."""
+
+
+def quiet_nudges() -> None:
+    """(Re)install SIG_NUDGE's no-op handler. Left in place after the run, and put back after
+    the job: a nudge already sent must never meet SIG_DFL, which ends the process for a
+    real-time signal, nor a handler of the job's."""
+    signal.signal(SIG_NUDGE, _ignore_nudge)
+
+
+_live: set[Nudger] = set()
+
+
+def _after_fork_in_child() -> None:
+    for nudger in list(_live):
+        nudger._after_fork_in_child()
+    _live.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from ops import runner
+from ops.threads import SIG_NUDGE, quiet_nudges
 
 
 @pytest.fixture
@@ -62,3 +63,46 @@ def test_after_the_run_the_wakeup_fd_is_the_callers_again_and_the_watcher_ends()
     assert signal.set_wakeup_fd(before) == before
     watcher.join(5)  # it reads end of file on its pipe at once
     assert not watcher.is_alive()
+
+
+def _count_nudges():
+    nudges = []
+    signal.signal(SIG_NUDGE, lambda signum, frame: nudges.append(signum))
+    return nudges
+
+
+def _spin(seconds):
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:  # bytecode all along: a handler runs at once
+        pass
+
+
+def test_a_signal_whose_handler_ran_at_once_is_not_nudged(guard):
+    nudges = _count_nudges()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # outside the command: noted as pending
+        _spin(0.5)  # the first three nudges would have gone out by now
+        assert guard.pending is not None
+        assert nudges == []
+    finally:
+        quiet_nudges()
+        guard.pending = None
+
+
+def test_a_forked_child_does_not_write_into_the_runs_pipe(guard):
+    nudges = _count_nudges()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.raise_signal(signal.SIGTERM)  # our handler, in the child: noted only
+            finally:
+                os._exit(0 if signal.set_wakeup_fd(-1) == -1 else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        _spin(0.5)
+        assert nudges == []
+    finally:
+        quiet_nudges()
