@@ -91,6 +91,9 @@ def test_a_signal_whose_handler_ran_at_once_is_not_nudged(guard):
         guard.pending = None
 
 
+# The fork is the point (multiprocessing's "fork" start method does the same); the child only
+# raises a signal and exits.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_does_not_write_into_the_runs_pipe(guard):
     nudges = _count_nudges()
     try:
