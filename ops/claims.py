@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.db.transaction import TransactionManagementError
 
 from . import children, process
@@ -484,13 +484,16 @@ def catch_up_floor(job: str, tz: ZoneInfo) -> Floor:
         # Only --logical-date runs of the command before it had a schedule: their dates.
         day = claims.order_by("logical_date").values_list("logical_date", flat=True).first()
         first = start_of_day(day, tz) if day is not None else None
-    latest = (
-        claims.filter(state=Outcome.SUCCEEDED, scheduled_at__isnull=False)
-        .order_by("-scheduled_at")
-        .values_list("scheduled_at", flat=True)
-        .first()
-    )
+    latest = latest_scheduled_success(job).values_list("scheduled_at", flat=True).first()
     return Floor(first=first, latest_success=latest)
+
+
+def latest_scheduled_success(job: str) -> QuerySet[SlotClaim]:
+    """The job's succeeded scheduled claims, latest slot first: the first is catch-up's floor,
+    which retention must keep."""
+    return SlotClaim.objects.filter(
+        job=job, state=Outcome.SUCCEEDED, scheduled_at__isnull=False
+    ).order_by("-scheduled_at")
 
 
 def done_keys(job: str, slots: list[Slot]) -> set[str]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models import Q
 
+from . import claims
 from .models import JobRun, Outcome, SlotClaim
 from .status import NOT_ATTEMPTS, history_job_names
 
@@ -50,14 +51,9 @@ def _kept(job: str) -> list[int]:
 def _kept_claim(job: str) -> list[int]:
     """The job's latest succeeded claim: catch-up's floor (and a by-hand date slot's success
     when the job has no scheduled one)."""
-    done = SlotClaim.objects.filter(job=job, state=Outcome.SUCCEEDED)
-    pk = (
-        done.filter(scheduled_at__isnull=False)
-        .order_by("-scheduled_at")
-        .values_list("pk", flat=True)
-        .first()
-    )
+    pk = claims.latest_scheduled_success(job).values_list("pk", flat=True).first()
     if pk is None:
+        done = SlotClaim.objects.filter(job=job, state=Outcome.SUCCEEDED)
         pk = done.order_by("-started_at").values_list("pk", flat=True).first()
     return [pk] if pk is not None else []
 
