@@ -21,7 +21,13 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 
-from .output import hold_standard_fds, socket_above_standard_fds, utf8_end, utf8_start
+from .output import (
+    hold_standard_fds,
+    socket_above_standard_fds,
+    truncation_notice,
+    utf8_end,
+    utf8_start,
+)
 from .threads import start as start_thread
 
 log = logging.getLogger("ops.healthchecks")
@@ -86,17 +92,24 @@ def with_rid(query: str, rid: str) -> str:
     return urllib.parse.urlencode([("rid", rid), *pairs])
 
 
-def cut_body(head: bytes, body: bytes, limit: int) -> bytes:
+def cut_body(head: bytes, body: bytes, limit: int, total: int | None = None) -> bytes:
     """`head`, then as much of the end of `body` as fits in `limit` bytes, cut on UTF-8
     character boundaries (a body starting inside a character is refused by servers that
-    decode it strictly)."""
+    decode it strictly). `total`: the size of the whole output when `body` is only its end.
+    A cut output is headed by a notice saying how much of it is shown, after `head`."""
     head = utf8_end(head[:limit])
     room = limit - len(head)
     if room <= 0:
         return head
-    if len(body) > room:
-        body = utf8_start(body[-room:])
-    return head + body
+    if total is None and len(body) <= room:
+        return head + body
+    total = len(body) if total is None else total
+    # The notice's figures are at most this long: it always fits beside what it counts.
+    keep = room - len(truncation_notice(room, total))
+    if keep <= 0:
+        return head + utf8_start(body[-room:])
+    body = utf8_start(body[-keep:])
+    return head + truncation_notice(len(body), total).encode() + body
 
 
 def ascii_safe(body: bytes) -> bytes:
@@ -140,14 +153,20 @@ class Pinger:
         start_thread(self._start_thread)
 
     def finish(
-        self, exit_code: int | None, body: bytes, *, kind: str | None = None, head: bytes = b""
+        self,
+        exit_code: int | None,
+        body: bytes,
+        *,
+        kind: str | None = None,
+        head: bytes = b"",
+        total: int | None = None,
     ) -> bool:
         """The final ping: success (0), /<exit code>, /fail (kind="fail") or /log (kind="log":
         neither success nor failure).
 
         The body is `head` (the runner's own note) followed by the end of `body` (the output
         tail), cut to the server's limit: the note must survive the cut, the output's start
-        need not."""
+        need not. `total`: the output's whole size when `body` is only its end."""
         if not self.enabled:
             return False
         deadline = time.monotonic() + self.config.budget
@@ -159,7 +178,7 @@ class Pinger:
         ok = self._send(
             kind or ("success" if exit_code == 0 else "failure"),
             suffix,
-            cut_body(head, body, self.body_limit or DEFAULT_BODY_LIMIT),
+            cut_body(head, body, self.body_limit or DEFAULT_BODY_LIMIT, total),
             deadline,
         )
         self._report()

@@ -97,13 +97,20 @@ class Tail:
         return data, cut or (self.total > 0 and not data)
 
     def text(self, limit: int | None = None) -> str:
+        """The last `limit` bytes as text, headed by a notice when output was left out."""
+        text, cut = self.output(limit)
+        return truncation_notice(len(text.encode()), self.total) + text if cut else text
+
+    def output(self, limit: int | None = None) -> tuple[str, bool]:
+        """(the last `limit` bytes as text, whether output before them was left out)."""
         data, cut = self._cut(limit)
         # PostgreSQL text cannot hold NUL: one NUL in a job's output must not make its outcome
         # unrecordable (the slot would then run again and again).
-        text = data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
-        if cut:
-            return f"[cronops] output truncated, last {len(data)} of {self.total} bytes\n{text}"
-        return text
+        return data.decode("utf-8", errors="replace").replace("\x00", "\ufffd"), cut
+
+
+def truncation_notice(kept: int, total: int) -> str:
+    return f"[cronops] output truncated, last {kept} of {total} bytes\n"
 
 
 def _write_all(fd: int, data: bytes) -> tuple[int, str]:

@@ -787,12 +787,15 @@ class Runner:
                 f"{slot}: {outcome}" + (f", exit {exit_code}" if exit_code else "")
             )
             return exit_code
-        body = b"" if self.opts.no_output_in_ping else tail.text().encode()
+        body, total = b"", None
+        if not self.opts.no_output_in_ping:
+            text, cut = tail.output()
+            body, total = text.encode(), (tail.total if cut else None)
         note = self.redactor.text(note)
         head = self.catch_up_head() + (f"cronops: {note}\n".encode() if note else b"")
         # The final ping carries run_job's exit code: a failed catch-up slot is not hidden by
         # a current slot that succeeded.
-        pinger.finish(self.catch_up_failure or exit_code, body, kind=kind, head=head)
+        pinger.finish(self.catch_up_failure or exit_code, body, kind=kind, head=head, total=total)
         return exit_code
 
     def end_leftovers(self, before: frozenset[int]) -> None:

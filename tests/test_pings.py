@@ -64,8 +64,9 @@ def test_a_body_the_server_cuts_inside_a_character_is_resent_so_any_cut_is_valid
     check = hc.add(slug="t_euros", filter_body=True, success_kw="OK")
     hc.delay("start", 3)
     project.add_command(
-        "t_euros", "print('€' * 20000); raise CommandError('no euros', returncode=3)"
+        "t_euros", "print('€' * 20000); raise CommandError('no euro', returncode=3)"
     )
+    # The cut falls inside a character: the note and the truncation notice take 84 bytes.
     result = project.run_job("t_euros")
     assert result.returncode == 3
     assert "ping" not in result.stderr, result.stderr
@@ -80,6 +81,33 @@ def test_the_history_tail_never_starts_inside_a_character():
     tail.write("€".encode() * 20)  # 3 bytes each: the last 11 bytes start inside one
     text = tail.text()
     assert "\ufffd" not in text and text.endswith("€€€")
+
+
+@pytest.mark.parametrize("over", [1, 40, 5000])
+def test_output_just_over_the_limit_is_headed_by_a_whole_truncation_notice(
+    sqlite_project, hc, over
+):
+    """The notice used to be cut with the output's start: a body of `ted, last 99999 of ...`."""
+    project = sqlite_project
+    ping_to(project, hc)
+    hc.body_limit = 100_000
+    hc.add(slug="t_over")
+    line = "x" * 99 + "\n"
+    total = over + 100_000 + len("the last line\n")
+    project.add_command(
+        "t_over",
+        f"""
+        time.sleep(1)  # the start's answer (with the limit) comes first
+        sys.stdout.write('a' * {over} + {line!r} * 1000 + 'the last line\\n')
+        """,
+    )
+    assert project.run_job("t_over").returncode == 0
+    body = hc.pings_of("t_over")[-1].body.decode()
+    head, rest = body.split("\n", 1)
+    assert head == f"[cronops] output truncated, last {len(rest)} of {total} bytes"
+    assert len(body.encode()) <= 100_000 and rest.endswith(line + "the last line\n")
+    [(tail,)] = project.db.query("SELECT output_tail FROM ops_jobrun")
+    assert tail.startswith("[cronops] output truncated, last 10000 of ")
 
 
 # --- 2. timeouts and signals report their exit status -------------------------------------
