@@ -5,16 +5,20 @@ database, lock and log directories, so each test runs `manage.py run_job` exactl
 would, against a database migrated once per session.
 """
 
+import datetime as dt
 import os
 import shutil
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
+from cronsim import CronSim
 
 REPO = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("CRONOPS_TEST_PG_URL", "")
@@ -63,6 +67,16 @@ def require(condition: bool, reason: str) -> None:
     if REQUIRE_ALL:
         pytest.fail(f"required in CI: {reason}")
     pytest.skip(reason)
+
+
+def clear_of_fire_times(*exprs: str, tz: str = "UTC", margin: float = 120.0) -> None:
+    """Wait until no fire time of `exprs` (cron expressions, in `tz`) falls in the next `margin`
+    seconds, so that a test comparing its own idea of the current slot or date with a run_job's
+    cannot straddle one (CI runs at any hour, across midnight too): at most `margin` seconds."""
+    now = dt.datetime.now(ZoneInfo(tz))
+    left = min((next(CronSim(expr, now)) - now).total_seconds() for expr in exprs)
+    if left < margin:
+        time.sleep(left + 1)
 
 
 def copy_tree(dest: Path) -> Path:
@@ -251,6 +265,9 @@ class Project:
 
 
 def _project(tmp_path, templates, backend, request):
+    # The tests' daily jobs fire at 00:00 or 03:00 UTC: a test that runs one twice (or compares
+    # its slot with today's date) must not straddle that instant.
+    clear_of_fire_times("0 0 * * *", "0 3 * * *")
     directory = copy_tree(tmp_path / "app")
     db, drop = make_database(backend, templates, tmp_path)
     if drop:

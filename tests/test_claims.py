@@ -180,6 +180,7 @@ def test_a_run_whose_claim_was_taken_over_never_writes_onto_it(pg_project, tmp_p
     # The old holder's machine freezes (a suspended VM), seen from another machine: its
     # heartbeat goes stale and a run there takes the slot over.
     old.send_signal(signal.SIGSTOP)
+    frozen(old.pid, project.db)
     project.db.execute(
         "UPDATE ops_slotclaim SET holder_boot_id = 'another-machine', "
         "heartbeat_at = heartbeat_at - interval '10 minutes'"
@@ -206,6 +207,27 @@ def test_a_run_whose_claim_was_taken_over_never_writes_onto_it(pg_project, tmp_p
     )
     assert outcome == "taken_over"
     assert f"taken over by run #{winner} on host-a (claim version 2)" in note
+
+
+def frozen(pid: int, db, timeout: float = 30) -> None:
+    """Wait until `pid` is stopped and no statement it sent is still running on the server: a
+    heartbeat in flight at the SIGSTOP must not land after the test has made it stale."""
+    deadline = time.monotonic() + timeout
+    active = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state = 'active'"
+    )
+    while True:
+        states = set()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.add((task / "stat").read_bytes().rsplit(b")", 1)[1].split()[0])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+        if states == {b"T"} and db.query(active) == [(0,)]:
+            return
+        assert time.monotonic() < deadline, f"pid {pid} not frozen (states {states})"
+        time.sleep(0.05)
 
 
 def read_stderr_until(proc, text: str, timeout: float = 30) -> str:

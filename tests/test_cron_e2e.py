@@ -92,7 +92,9 @@ def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
     assert PING_KEY.encode() not in cron_user.crontab()
     shutil.rmtree(app / "var" / "log")  # run_job --log makes it again (a shell `>>` could not)
 
-    deadline = time.monotonic() + 75
+    # The daemon reads the changed crontab at its next minute, and the job's start-up on a
+    # loaded machine takes seconds: two minutes' fire times, so one read late is not a failure.
+    deadline = time.monotonic() + 150
     runs = []
     while time.monotonic() < deadline:  # polling the real daemon, not waiting out a clock
         runs = query(app, "SELECT outcome, exit_code, host, output_tail FROM ops_jobrun")
@@ -102,7 +104,7 @@ def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
         time.sleep(1)
 
     log = app / "var" / "log" / "echo_args.log"
-    assert runs, f"cron did not run the job within 75 s; log: {read(log)!r}"
+    assert runs, f"cron did not run the job within 150 s; log: {read(log)!r}"
     outcome, exit_code, host, tail = runs[0]
     assert (outcome, exit_code, host) == ("succeeded", 0, "e2e-host"), read(log)
     printed = dict(line.split(" ", 1) for line in tail.splitlines() if " " in line)

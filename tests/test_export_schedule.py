@@ -713,7 +713,10 @@ def test_two_pods_of_one_schedule_run_its_slot_once_with_the_manifests_env(pg_pr
         with open(os.environ["CHARGES"], "a") as f:
             f.write("charged\\n")
         print("charging", flush=True)
-        time.sleep(4)
+        go = os.environ["CHARGES"] + ".go"  # works until the second pod has tried
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.05)
         """,
     )
     project.write_cron("10-billing.cron", "@daily --timeout=1m slow_charge\n")
@@ -735,6 +738,7 @@ def test_two_pods_of_one_schedule_run_its_slot_once_with_the_manifests_env(pg_pr
     second = project.manage(*command, env=pod("slow-charge-29000000-bbbbb"))
     assert second.returncode == 75, second.stdout + second.stderr
     assert "slow-charge-29000000-aaaaa" in second.stdout + second.stderr
+    Path(f"{charges}.go").touch()
     assert first.wait(60) == 0
     late = project.manage(*command, env=pod("slow-charge-29000000-ccccc"))
     assert late.returncode == 0, late.stderr

@@ -18,6 +18,7 @@ import pytest
 
 from .conftest import Project, base_env, copy_tree, require
 from .netns import Network, available, inner_pid
+from .test_runner import wait_for_line
 
 HEARTBEAT = 1
 # Appends its pid to RAN_FILE, then works while the file `hold` is in its project directory
@@ -142,9 +143,14 @@ def claim(db) -> tuple:
 def test_three_servers_firing_together_run_the_slot_once_and_the_others_exit_0(servers):
     db = servers[0].project.db
     for server in servers:
-        server.project.write_env(WORK_SECONDS=2)
+        server.hold()  # whichever wins works until the other two stand by behind it
     for server in servers:
         server.start()
+    holder = holding(servers, db)
+    for server in servers:
+        if server is not holder:  # under load a fixed work time ended before they had claimed
+            wait_for_line(server.proc, "standing by", timeout=60)
+    holder.release()
     results = {s.name: s.wait() for s in servers}
     assert [code for code, _, _ in results.values()] == [0, 0, 0], results
     [winner] = executions(servers)
@@ -165,7 +171,9 @@ def test_a_holder_killed_mid_run_is_taken_over_by_a_standby(servers):
     first.start()
     holding(servers, db)
     standbys = [s.start() for s in servers[1:]]
-    time.sleep(2 * HEARTBEAT)  # they stand by behind a live holder
+    for standby in standbys:  # they stand by behind a live holder (they said so)
+        wait_for_line(standby.proc, "standing by", timeout=60)
+    time.sleep(2 * HEARTBEAT)
     assert all(s.proc.poll() is None for s in standbys)
     os.kill(first.pid, signal.SIGKILL)  # power cut, OOM kill: no record, no last word
     results = {s.name: s.wait() for s in standbys}
