@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Q
 from django.db.transaction import TransactionManagementError
 
 from . import children, process
@@ -473,27 +473,27 @@ class Floor:
 def catch_up_floor(job: str, tz: ZoneInfo) -> Floor:
     """By slot instant (never by key text, never by when a run happened): a by-hand success of
     an old date does not raise the floor. Two index seeks (ops_claim_job_sched/_state)."""
-    claims = SlotClaim.objects.filter(job=job)
-    first = (
-        claims.filter(scheduled_at__isnull=False)
-        .order_by("scheduled_at")
-        .values_list("scheduled_at", flat=True)
+    first, latest = floor_claims(job)
+    start = first.scheduled_at if first else None
+    if first and start is None and first.logical_date:
+        # Only --logical-date runs of the command before it had a schedule: their dates.
+        start = start_of_day(first.logical_date, tz)
+    return Floor(first=start, latest_success=latest.scheduled_at if latest else None)
+
+
+def floor_claims(job: str) -> tuple[SlotClaim | None, SlotClaim | None]:
+    """(the job's first claim, its latest succeeded scheduled claim): what catch-up's floor is
+    made of, which retention keeps whatever their age."""
+    claims = SlotClaim.objects.filter(job=job).only("pk", "scheduled_at", "logical_date")
+    first = claims.filter(scheduled_at__isnull=False).order_by("scheduled_at").first()
+    if first is None:
+        first = claims.filter(logical_date__isnull=False).order_by("logical_date").first()
+    latest = (
+        claims.filter(state=Outcome.SUCCEEDED, scheduled_at__isnull=False)
+        .order_by("-scheduled_at")
         .first()
     )
-    if first is None:
-        # Only --logical-date runs of the command before it had a schedule: their dates.
-        day = claims.order_by("logical_date").values_list("logical_date", flat=True).first()
-        first = start_of_day(day, tz) if day is not None else None
-    latest = latest_scheduled_success(job).values_list("scheduled_at", flat=True).first()
-    return Floor(first=first, latest_success=latest)
-
-
-def latest_scheduled_success(job: str) -> QuerySet[SlotClaim]:
-    """The job's succeeded scheduled claims, latest slot first: the first is catch-up's floor,
-    which retention must keep."""
-    return SlotClaim.objects.filter(
-        job=job, state=Outcome.SUCCEEDED, scheduled_at__isnull=False
-    ).order_by("-scheduled_at")
+    return first, latest
 
 
 def done_keys(job: str, slots: list[Slot]) -> set[str]:

@@ -8,9 +8,10 @@ yearly job last ran and last succeeded.
 
 SlotClaim rows whose slot is older than the cut-off (`scheduled_at`, or `started_at` for a
 by-hand date slot of an unscheduled command) go too, the same way: a minutely job adds
-~525,000 a year. Kept whatever their age: each job's latest succeeded claim (by slot instant)
-and every claim still `running`. That is all catch-up and job_status need: catch-up never runs
-a slot at or before the latest succeeded one (README, "the catch-up floor"), job_status looks
+~525,000 a year. Kept whatever their age: each job's first claim and latest succeeded claim (by
+slot instant), and every claim still `running`. That is all catch-up and job_status need:
+catch-up never runs a slot at or before the latest succeeded one nor before the first claim
+(README, "the catch-up floor"), so pruning never changes what it runs; job_status looks
 at the due slot (younger than any sensible cut-off) and at the latest success. What goes: the
 record that an older slot was done, so a by-hand `--logical-date` run of a date older than the
 cut-off runs again (the command's own idempotency, like charge_daily's unique charge per day,
@@ -48,14 +49,14 @@ def _kept(job: str) -> list[int]:
     return [pk for pk in keep if pk is not None]
 
 
-def _kept_claim(job: str) -> list[int]:
-    """The job's latest succeeded claim: catch-up's floor (and a by-hand date slot's success
-    when the job has no scheduled one)."""
-    pk = claims.latest_scheduled_success(job).values_list("pk", flat=True).first()
-    if pk is None:
+def _kept_claims(job: str) -> list[int]:
+    """What catch-up's floor is made of (the job's first claim and latest succeeded slot), and
+    a by-hand date slot's success when the job has no scheduled one."""
+    first, latest = claims.floor_claims(job)
+    if latest is None:
         done = SlotClaim.objects.filter(job=job, state=Outcome.SUCCEEDED)
-        pk = done.order_by("-started_at").values_list("pk", flat=True).first()
-    return [pk] if pk is not None else []
+        latest = done.order_by("-started_at").only("pk").first()
+    return [c.pk for c in (first, latest) if c is not None]
 
 
 def _delete_in_batches(rows, model, batch: int, before=None) -> int:
@@ -84,7 +85,7 @@ def prune_claims(
                 Q(scheduled_at__lt=cutoff) | Q(scheduled_at__isnull=True, started_at__lt=cutoff)
             )
             .exclude(state=Outcome.RUNNING)
-            .exclude(pk__in=_kept_claim(name))
+            .exclude(pk__in=_kept_claims(name))
         )
         count = old.count() if dry_run else _delete_in_batches(old, SlotClaim, batch)
         if count:

@@ -3,16 +3,20 @@
 import datetime as dt
 import io
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import time_machine
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from ops.crontabd import parse_text
 from ops.models import JobRun, Outcome, SlotClaim
 from ops.retention import prune_runs
-from ops.slots import time_key
+from ops.slots import current_slot, time_key
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = dt.datetime(2026, 11, 29, 4, 30, tzinfo=dt.UTC)
@@ -66,28 +70,32 @@ def test_runs_older_than_90_days_are_deleted_and_newer_ones_kept():
     assert set(JobRun.objects.values_list("pk", flat=True)) == {r.pk for r in recent}
     assert out.strip() == (
         "prune_runs: deleted 3 runs started before 2026-08-31 04:30 UTC (1 jobs; each job's "
-        "latest run and latest success kept) and 3 slot claims of slots before it (each job's "
-        "latest succeeded claim and running claims kept)"
+        "latest run and latest success kept) and 2 slot claims of slots before it (each job's "
+        "first and latest succeeded claims and running claims kept)"
     )
     assert not JobRun.objects.filter(pk__in=[r.pk for r in old]).exists()
 
 
 @pytest.mark.django_db
-def test_old_slot_claims_go_but_the_latest_success_and_running_claims_stay():
+def test_old_slot_claims_go_but_the_first_the_latest_success_and_running_claims_stay():
     """Issue 9, item 17: claims were never pruned (a minutely job adds ~525,000 a year)."""
     latest_success = make_run("daily", 120)
-    make_run("daily", 200)
+    first = make_run("daily", 200)
+    make_run("daily", 170)
     make_run("daily", 100, Outcome.FAILED)
     stuck = make_run("daily", 95, Outcome.RUNNING)
     recent = make_run("daily", 1, Outcome.FAILED)
-    make_run("other", 150)
+    other_first = make_run("other", 150)
+    make_run("other", 140)
     other_latest = make_run("other", 130)
     prune("--older-than=90d")
     kept = set(SlotClaim.objects.values_list("job", "slot"))
     assert kept == {
+        ("daily", first.slot),
         ("daily", latest_success.slot),
         ("daily", stuck.slot),
         ("daily", recent.slot),
+        ("other", other_first.slot),
         ("other", other_latest.slot),
     }
     done = SlotClaim.objects.get(slot=latest_success.slot)
@@ -99,7 +107,7 @@ def test_dry_run_counts_the_claims_too():
     for d in (200, 150, 100, 5):
         make_run("daily", d)
     out = prune("--older-than=90d", "--dry-run", "-v2")
-    assert "daily: 3 runs, 3 slot claims" in out
+    assert "daily: 3 runs, 2 slot claims" in out  # the first claim (200 days) stays
     assert SlotClaim.objects.count() == 4
 
 
@@ -115,12 +123,63 @@ def test_catch_up_after_a_prune_runs_no_pruned_day_again(settings, tmp_path):
             assert runner.run(["sleep_demo"]) == 0
     with time_machine.travel("2026-11-26T04:30:00+00:00", tick=False):
         call_command("prune_runs", "--older-than=1d", stdout=io.StringIO())
-    assert list(SlotClaim.objects.values_list("slot", flat=True)) == ["2026-11-25"]
+    kept = SlotClaim.objects.order_by("slot").values_list("slot", flat=True)
+    assert list(kept) == ["2026-11-20", "2026-11-25"]  # the first claim, the latest success
     with time_machine.travel("2026-11-27T03:00:05+00:00", tick=False):
         assert runner.run(["sleep_demo"]) == 0
     ran = JobRun.objects.filter(outcome=Outcome.SUCCEEDED).values_list("slot", flat=True)
     # The missed 26th is caught up; none of the pruned days 20-24 runs again.
     assert sorted(ran) == ["2026-11-25", "2026-11-26", "2026-11-27"]
+
+
+WEEKLY = "0 3 * * 1"
+
+
+@pytest.mark.django_db
+@given(
+    history=st.dictionaries(
+        st.integers(0, 80),  # weeks ago
+        st.sampled_from([Outcome.SUCCEEDED, Outcome.FAILED, Outcome.ABANDONED]),
+        max_size=15,
+    )
+)
+@hsettings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_a_prune_never_changes_what_catch_up_runs(history, settings, tmp_path):
+    """Catch-up's floor is the job's first claim and its latest succeeded slot: pruning the
+    claims older than 90 days used to move the first one forward (fewer days caught up)."""
+    from ops import runner
+
+    settings.OPS_CRONTAB_DIR = tmp_path
+    # Weekly: 100 slots of catch-up reach back past the 90-day cut-off.
+    (tmp_path / "t.cron").write_text(f"{WEEKLY} --catch-up=100 sleep_demo --seconds=0\n")
+    JobRun.objects.all().delete()
+    SlotClaim.objects.all().delete()
+    tz = ZoneInfo("UTC")
+    for weeks_ago, state in history.items():
+        slot = current_slot(WEEKLY, NOW - dt.timedelta(weeks=weeks_ago), tz)
+        SlotClaim.objects.create(
+            job="sleep_demo",
+            slot=slot.key,
+            logical_date=slot.logical_date,
+            scheduled_at=slot.at,
+            state=state,
+            host="h",
+            pid=1,
+            started_at=slot.at,
+            heartbeat_at=slot.at,
+        )
+
+    def catch_up() -> list[str]:
+        plan = runner.resolve(["sleep_demo"], now=NOW)
+        return [s.key for s in runner.plan_slots(plan, NOW, tz) if s is not None]
+
+    before = catch_up()
+    prune("--older-than=90d")
+    assert catch_up() == before
 
 
 @pytest.mark.django_db
@@ -168,6 +227,7 @@ def test_job_prunes_only_that_jobs_runs():
 @pytest.mark.django_db
 def test_job_prunes_only_that_jobs_claims():
     """The metrics job's two-day prune must not forget which billing days were done."""
+    make_run("metrics", 4)  # its first claim: kept
     make_run("metrics", 3)
     make_run("metrics", 0.5)
     billing = [make_run("daily", d) for d in (5, 4, 3)]
@@ -175,7 +235,7 @@ def test_job_prunes_only_that_jobs_claims():
     assert set(SlotClaim.objects.filter(job="daily").values_list("slot", flat=True)) == {
         r.slot for r in billing
     }
-    assert SlotClaim.objects.filter(job="metrics").count() == 1
+    assert SlotClaim.objects.filter(job="metrics").count() == 2
 
 
 @pytest.mark.django_db

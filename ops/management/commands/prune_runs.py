@@ -8,8 +8,8 @@ from ops.retention import prune_runs
 
 class Command(BaseCommand):
     help = (
-        "Delete run history and slot claims older than DURATION (each job's latest run, latest "
-        "success and latest succeeded claim are kept, and running claims)."
+        "Delete run history and slot claims older than DURATION (each job's latest run and "
+        "latest success are kept, its first and latest succeeded claims, and running claims)."
     )
     requires_system_checks = []  # it checks what it needs; a broken .env mode must not block it
 
@@ -46,6 +46,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"prune_runs: {verb} {result.deleted:,} runs started before {cutoff} "
             f"({len(result.per_job)} jobs; each job's latest run and latest success kept) "
-            f"and {result.claims_deleted:,} slot claims of slots before it (each job's latest "
-            "succeeded claim and running claims kept)"
+            f"and {result.claims_deleted:,} slot claims of slots before it (each job's first "
+            "and latest succeeded claims and running claims kept)"
         )
