@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .output import (
@@ -92,24 +93,25 @@ def with_rid(query: str, rid: str) -> str:
     return urllib.parse.urlencode([("rid", rid), *pairs])
 
 
-def cut_body(head: bytes, body: bytes, limit: int, total: int | None = None) -> bytes:
+def cut_body(
+    head: bytes, body: bytes, limit: int, *, written: int | None = None, cut: bool = False
+) -> bytes:
     """`head`, then as much of the end of `body` as fits in `limit` bytes, cut on UTF-8
     character boundaries (a body starting inside a character is refused by servers that
-    decode it strictly). `total`: the size of the whole output when `body` is only its end.
-    A cut output is headed by a notice saying how much of it is shown, after `head`."""
+    decode it strictly). `body` is output as text; `written`: how many bytes the job wrote;
+    `cut`: its start was left out already. Output cut here or before is headed by a notice,
+    after `head`."""
     head = utf8_end(head[:limit])
     room = limit - len(head)
     if room <= 0:
         return head
-    if total is None and len(body) <= room:
+    if not cut and len(body) <= room:
         return head + body
-    total = len(body) if total is None else total
-    # The notice's figures are at most this long: it always fits beside what it counts.
-    keep = room - len(truncation_notice(room, total))
+    notice = truncation_notice(len(body) if written is None else written).encode()
+    keep = room - len(notice)
     if keep <= 0:
         return head + utf8_start(body[-room:])
-    body = utf8_start(body[-keep:])
-    return head + truncation_notice(len(body), total).encode() + body
+    return head + notice + utf8_start(body[-keep:])
 
 
 def ascii_safe(body: bytes) -> bytes:
@@ -159,14 +161,15 @@ class Pinger:
         *,
         kind: str | None = None,
         head: bytes = b"",
-        total: int | None = None,
+        written: int | None = None,
+        cut: bool = False,
     ) -> bool:
         """The final ping: success (0), /<exit code>, /fail (kind="fail") or /log (kind="log":
         neither success nor failure).
 
         The body is `head` (the runner's own note) followed by the end of `body` (the output
         tail), cut to the server's limit: the note must survive the cut, the output's start
-        need not. `total`: the output's whole size when `body` is only its end."""
+        need not. `written` and `cut` as for `cut_body`."""
         if not self.enabled:
             return False
         deadline = time.monotonic() + self.config.budget
@@ -175,11 +178,21 @@ class Pinger:
             suffix = f"/{kind}"
         else:
             suffix = "" if exit_code == 0 else f"/{exit_code}"
+        payload = cut_body(
+            head, body, self.body_limit or DEFAULT_BODY_LIMIT, written=written, cut=cut
+        )
+
+        def escaped() -> bytes:
+            # Escaped as a whole and cut again: the end of the output stays, not its start.
+            safe_head, safe_body = ascii_safe(head), ascii_safe(body)
+            return cut_body(safe_head, safe_body, len(payload), written=written, cut=cut)
+
         ok = self._send(
             kind or ("success" if exit_code == 0 else "failure"),
             suffix,
-            cut_body(head, body, self.body_limit or DEFAULT_BODY_LIMIT, total),
+            payload,
             deadline,
+            escaped,
         )
         self._report()
         return ok
@@ -209,7 +222,14 @@ class Pinger:
             except OSError:
                 pass
 
-    def _send(self, kind: str, suffix: str, body: bytes, deadline: float) -> bool:
+    def _send(
+        self,
+        kind: str,
+        suffix: str,
+        body: bytes,
+        deadline: float,
+        escaped: Callable[[], bytes] | None = None,
+    ) -> bool:
         url = f"{self.url}{suffix}?{with_rid(self.query, self.rid)}"
         reason = ""
         for attempt in range(ATTEMPTS):
@@ -247,7 +267,7 @@ class Pinger:
                     # A server that cuts the body to a limit not learned yet (no answer to
                     # /start) may cut inside a character, and one filtering by body then
                     # fails to decode it: retry with a body that any cut leaves valid.
-                    body = ascii_safe(body)[: len(body)]
+                    body = escaped() if escaped else ascii_safe(body)[: len(body)]
             if attempt < len(BACKOFF):
                 time.sleep(max(0.0, min(BACKOFF[attempt], deadline - time.monotonic() - MARGIN)))
         self._problems.append((kind, reason or "no time left in the ping budget"))

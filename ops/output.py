@@ -99,7 +99,7 @@ class Tail:
     def text(self, limit: int | None = None) -> str:
         """The last `limit` bytes as text, headed by a notice when output was left out."""
         text, cut = self.output(limit)
-        return truncation_notice(len(text.encode()), self.total) + text if cut else text
+        return truncation_notice(self.total) + text if cut else text
 
     def output(self, limit: int | None = None) -> tuple[str, bool]:
         """(the last `limit` bytes as text, whether output before them was left out)."""
@@ -109,8 +109,8 @@ class Tail:
         return data.decode("utf-8", errors="replace").replace("\x00", "\ufffd"), cut
 
 
-def truncation_notice(kept: int, total: int) -> str:
-    return f"[cronops] output truncated, last {kept} of {total} bytes\n"
+def truncation_notice(written: int) -> str:
+    return f"[cronops] output truncated: only the end of {written} bytes is shown\n"
 
 
 def _write_all(fd: int, data: bytes) -> tuple[int, str]:

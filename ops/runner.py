@@ -787,15 +787,22 @@ class Runner:
                 f"{slot}: {outcome}" + (f", exit {exit_code}" if exit_code else "")
             )
             return exit_code
-        body, total = b"", None
+        body, cut = b"", False
         if not self.opts.no_output_in_ping:
             text, cut = tail.output()
-            body, total = text.encode(), (tail.total if cut else None)
+            body = text.encode()
         note = self.redactor.text(note)
         head = self.catch_up_head() + (f"cronops: {note}\n".encode() if note else b"")
         # The final ping carries run_job's exit code: a failed catch-up slot is not hidden by
         # a current slot that succeeded.
-        pinger.finish(self.catch_up_failure or exit_code, body, kind=kind, head=head, total=total)
+        pinger.finish(
+            self.catch_up_failure or exit_code,
+            body,
+            kind=kind,
+            head=head,
+            written=tail.total,
+            cut=cut,
+        )
         return exit_code
 
     def end_leftovers(self, before: frozenset[int]) -> None:

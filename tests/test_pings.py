@@ -5,6 +5,7 @@ asserts what the check shows on the server: its state, its stored exit status an
 """
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import time
 
 import pytest
+from werkzeug import Response
 
 from ops.output import Tail
 from ops.redact import Redactor, known_secrets
@@ -104,10 +106,50 @@ def test_output_just_over_the_limit_is_headed_by_a_whole_truncation_notice(
     assert project.run_job("t_over").returncode == 0
     body = hc.pings_of("t_over")[-1].body.decode()
     head, rest = body.split("\n", 1)
-    assert head == f"[cronops] output truncated, last {len(rest)} of {total} bytes"
+    assert head == f"[cronops] output truncated: only the end of {total} bytes is shown"
     assert len(body.encode()) <= 100_000 and rest.endswith(line + "the last line\n")
+    assert len(body.encode()) > 100_000 - 3  # nothing more would have fitted
     [(tail,)] = project.db.query("SELECT output_tail FROM ops_jobrun")
-    assert tail.startswith("[cronops] output truncated, last 10000 of ")
+    assert tail.startswith(f"[cronops] output truncated: only the end of {total} bytes is shown\n")
+
+
+def test_the_truncation_notice_counts_the_bytes_the_job_wrote_not_their_stored_text():
+    """A NUL is stored as U+FFFD (3 bytes) and a secret as `<redacted NAME>`: the notice once
+    said `last 30000 of 20000 bytes`."""
+    tail = Tail(100_000, redactor=Redactor({"TOKEN": "tok12345"}))
+    tail.write(b"\x00" * 20_000 + b"tok12345\n" * 1000)
+    text = tail.text(10_000)
+    assert text.startswith("[cronops] output truncated: only the end of 29000 bytes is shown\n")
+    assert "tok12345" not in text and text.endswith("<redacted TOKEN>\n")
+
+
+def test_a_resend_after_a_500_keeps_the_end_of_the_output(sqlite_project, httpserver):
+    """The ASCII-escaped resend used to keep the start of the longer escaped body: the last
+    lines (a success keyword, the error) were the part dropped."""
+    project = sqlite_project
+    finals = []
+
+    def handler(request):
+        if request.path.endswith("/start"):
+            return Response("OK", headers={"Ping-Body-Limit": "10000"})
+        finals.append(request.get_data())
+        return Response("error", status=500) if len(finals) == 1 else Response("OK")
+
+    httpserver.expect_request(re.compile("^/")).respond_with_handler(handler)
+    project.write_env(HEALTHCHECKS_PING_URL=httpserver.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY)
+    project.add_command(
+        "t_resume",
+        """
+        time.sleep(1)  # the start's answer (with the limit) comes first
+        print("Résumé 中文 processed\\n" * 200 + "DONE")
+        """,
+    )
+    assert project.run_job("t_resume").returncode == 0
+    first, resent = finals
+    assert not first.isascii() and first.endswith(b"DONE\n")
+    assert resent.isascii() and len(resent) <= len(first)
+    assert resent.startswith(b"[cronops] output truncated: only the end of ")
+    assert resent.endswith(b"R\\xe9sum\\xe9 \\u4e2d\\u6587 processed\nDONE\n")
 
 
 # --- 2. timeouts and signals report their exit status -------------------------------------
