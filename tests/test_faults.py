@@ -137,3 +137,33 @@ def test_an_unusable_lock_directory_is_one_error_line_a_fail_ping_and_exit_1(
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert [req.path for req, _ in ping_server.log] == [f"/{PING_KEY}/check/fail"]
     assert project.db.runs() == []
+
+
+def test_f9s_job_runs_as_the_harness_runs_it_and_stamps_its_host(sqlite_project, tmp_path):
+    """F9 runs for 17 minutes as root, so nothing else ran its job: it read settings.OPS_HOST,
+    which the project's settings no longer define (ops.conf has the defaults), and every
+    holder died at once with AttributeError."""
+    import ast
+    import re
+    from pathlib import Path
+
+    source = (Path(__file__).parent.parent / "bench" / "faults" / "f9_standby.py").read_text()
+    constants = {
+        target.id: node.value.value
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    project = sqlite_project
+    commands = project.dir / "commands" / "management" / "commands"
+    (commands / "bench_slot.py").write_text(constants["SLOT"])
+    project.write_cron("f9.cron", constants["CRON"])
+    stamp = tmp_path / "stamp"
+    result = project.run_job("--logical-date=2001-01-01", "bench_slot", env={"BENCH_STAMP": stamp})
+    assert result.returncode == 0, result.stderr
+    lines = stamp.read_text().splitlines()
+    assert [re.sub(r" [0-9.]+$", "", line) for line in lines] == [
+        "start 2001-01-01 host-a",
+        "end 2001-01-01 host-a",
+    ]

@@ -43,8 +43,9 @@ SLOT = """\
 import os
 import time
 
-from django.conf import settings
 from django.core.management.base import BaseCommand
+
+from ops import conf
 
 
 class Command(BaseCommand):
@@ -57,13 +58,13 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         stamp, day = os.environ["BENCH_STAMP"], options["logical_date"]
         with open(stamp, "a") as f:
-            f.write(f"start {day} {settings.OPS_HOST} {time.time():.6f}\\n")
+            f.write(f"start {day} {conf.host()} {time.time():.6f}\\n")
         hold = os.environ.get("HOLD", "")
         while hold and os.path.exists(hold):
             time.sleep(0.02)
         time.sleep(options["sleep"])
         with open(stamp, "a") as f:
-            f.write(f"end {day} {settings.OPS_HOST} {time.time():.6f}\\n")
+            f.write(f"end {day} {conf.host()} {time.time():.6f}\\n")
 """
 CRON = "0 3 * * * --standby --no-ping bench_slot --sleep=0.3\n"
 
