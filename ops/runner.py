@@ -703,6 +703,13 @@ class Runner:
         return self.execute_run(run, slot, catch_up=catch_up)
 
     def execute_run(self, run: JobRun, slot: Slot | None, catch_up: bool = False) -> int:
+        # The claim goes into the environment before this run starts a thread, and leaves it
+        # after its last ping: glibc's getenv (a thread's getaddrinfo, libpq's connect) read
+        # the array that adding a variable moves, and run_job died with SIGSEGV (CI, 3.13).
+        with claims.holding(run):
+            return self._execute_held(run, slot, catch_up)
+
+    def _execute_held(self, run: JobRun, slot: Slot | None, catch_up: bool) -> int:
         pinger = self.pinger(enabled=not catch_up)
         run.rid = pinger.rid
         try:
@@ -726,7 +733,7 @@ class Runner:
         try:
             with Heartbeat(run, self.heartbeat, on_lost), captured:
                 try:
-                    with self.guard.command(self.opts.timeout), claims.holding(run):
+                    with self.guard.command(self.opts.timeout):
                         exit_code, note = execute(self.opts.command, args)
                 except JobInterrupted as interrupted:
                     captured.restore()

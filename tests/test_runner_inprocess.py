@@ -212,3 +212,39 @@ def test_planning_a_far_catch_up_stops_at_the_first_claim_instead_of_raising(
     now = dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
     slots = runner.plan_slots(plan, now, ZoneInfo("UTC"))
     assert [s.key for s in slots] == ["2026-01-01"]
+
+
+def test_the_claim_enters_and_leaves_the_environment_while_no_thread_of_the_run_is_alive(
+    db, settings, tmp_path, httpserver, monkeypatch
+):
+    """Adding a variable moves glibc's environ array; a thread's getenv (the start ping's
+    getaddrinfo, libpq's connect in the heartbeat) read the freed one, and run_job died with
+    SIGSEGV (CI, Python 3.13, `segfault ... in libc.so.6` at getenv+157)."""
+    import os
+    import threading
+
+    httpserver.expect_request("").respond_with_data("OK")
+    settings.HEALTHCHECKS_PING_URL = httpserver.url_for("/")
+    settings.HEALTHCHECKS_PING_KEY = "k" * 22
+    settings.OPS_LOCK_DIR = tmp_path / "lock"
+    settings.OPS_CRONTAB_DIR = tmp_path
+    (tmp_path / "t.cron").write_text("* * * * * --catch-up=2 sleep_demo --seconds=0\n")
+    before = set(threading.enumerate())
+    changes = []
+
+    def watched(real):
+        def change(key, *value):
+            if key.startswith(b"OPS_"):
+                alive = set(threading.enumerate()) - before
+                changes.append((key, sorted(t.name for t in alive if t.name != "cronops-nudger")))
+            return real(key, *value)
+
+        return change
+
+    monkeypatch.setattr(os, "putenv", watched(os.putenv))
+    monkeypatch.setattr(os, "unsetenv", watched(os.unsetenv))
+    assert run_at("2026-11-29T09:00:05+00:00", "sleep_demo") == 0
+    assert run_at("2026-11-29T09:03:05+00:00", "sleep_demo") == 0  # two caught up, then 09:03
+    assert len(JobRun.objects.filter(outcome="succeeded")) == 4
+    assert len(changes) >= 4 * 4 and len(httpserver.log) >= 4
+    assert [c for c in changes if c[1]] == []
