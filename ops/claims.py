@@ -428,7 +428,8 @@ def current_claim() -> HeldClaim | None:
 def holding(run: JobRun) -> Iterator[HeldClaim | None]:
     """While the run runs: its claim for current_claim(), and in the environment for the
     command's child processes. A run without a slot clears them (a parent run_job's must not
-    leak in). Entered and left while no other thread of the run is alive (see the runner)."""
+    leak in). Entered before the run starts a thread that reads the environment (the pings, the
+    heartbeat) and left after them (see the runner)."""
     global _current
     held = None
     version = getattr(run, "claim_version", None)

@@ -703,9 +703,10 @@ class Runner:
         return self.execute_run(run, slot, catch_up=catch_up)
 
     def execute_run(self, run: JobRun, slot: Slot | None, catch_up: bool = False) -> int:
-        # The claim goes into the environment before this run starts a thread, and leaves it
-        # after its last ping: glibc's getenv (a thread's getaddrinfo, libpq's connect) read
-        # the array that adding a variable moves, and run_job died with SIGSEGV (CI, 3.13).
+        # The claim goes into the environment before this run starts a thread that reads it,
+        # and leaves it after its last ping: glibc's getenv (a thread's getaddrinfo or SSL
+        # set-up, libpq's connect) read the array that adding a variable moves, and run_job
+        # died with SIGSEGV (CI, 3.13).
         with claims.holding(run):
             return self._execute_held(run, slot, catch_up)
 
