@@ -252,10 +252,12 @@ def test_a_standby_polls_often_enough_for_a_takeover_within_three_heartbeats_and
 def take_over_behind_its_back(project: Project) -> None:
     """What another host's standby does once the holder's heartbeat looks stale: version + 1,
     the claim on a run of its own (simulated in SQL: the holder here beats every 30 s)."""
+    # With the slot's instant and date, as a real takeover's run has them: job_status judges
+    # the due slot by them (in the hour after midnight, yesterday's slot is the due one).
     project.db.execute(
-        "INSERT INTO ops_jobrun (job, slot, outcome, note, started_at, host, pid, rid, command, "
-        "output_tail) SELECT job, slot, 'running', '', started_at, 'host-z', 7, '', 't_job', '' "
-        "FROM ops_slotclaim"
+        "INSERT INTO ops_jobrun (job, slot, logical_date, scheduled_at, outcome, note, "
+        "started_at, host, pid, rid, command, output_tail) SELECT job, slot, logical_date, "
+        "scheduled_at, 'running', '', started_at, 'host-z', 7, '', 't_job', '' FROM ops_slotclaim"
     )
     [(run_id,)] = project.db.query("SELECT max(id) FROM ops_jobrun")
     project.db.execute(
