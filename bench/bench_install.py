@@ -82,8 +82,8 @@ sys.path.insert(0, os.getcwd())
 os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
 import django
 django.setup()
-from ops.crontab import install_crontab
-from ops.crontabd import validate_schedule
+from ops.schedule.installer import install_crontab
+from ops.schedule.crontabd import validate_schedule
 tab, runs = Path(sys.argv[1]), int(sys.argv[2])
 first, noop = [], []
 for _ in range(runs):

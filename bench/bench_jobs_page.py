@@ -32,7 +32,7 @@ from cronsim import CronSim
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from ops.slots import make_slot  # noqa: E402 (plain Python, no Django)
+from ops.schedule.slots import make_slot  # noqa: E402 (plain Python, no Django)
 
 GOAL_MS = 300
 
@@ -86,7 +86,7 @@ def generate(rows: int, now: dt.datetime):
                 outcome, code, note = "skipped", 75, "skipped: running since ..."
             if name == "quarter-0" and i == n - 1:
                 outcome, code, duration = "running", None, None
-            # The key the runner writes (ops/slots.py): the date for a daily job, else the
+            # The key the runner writes (ops/schedule/slots.py): the date for a daily job, else the
             # fire time with its UTC offset.
             slot = "" if expr is None else make_slot(expr, at).key
             finished = None if duration is None else started + dt.timedelta(seconds=duration)

@@ -65,7 +65,7 @@ def start_delay(root: Path, stamp: Path, extra_env: dict):
         code, _, _, wall = run(root, "run_job", "--force", "bench_stamp", extra_env=extra_env)
     lines = stamp.read_text().split()
     started, ended = float(lines[1]), float(lines[4])
-    # The runner writes its pid into the lock file when it takes the lock (ops/lock.py).
+    # The runner writes its pid into the lock file when it takes the lock (ops/run/lock.py).
     locked = (root / "var" / "lock" / "bench_stamp.lock").stat().st_mtime_ns / 1e9
     return started - spawned, started - locked, spawned + wall - ended, code
 

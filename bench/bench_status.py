@@ -5,7 +5,7 @@
 Builds a migrated SQLite database in a temporary directory, fills ops_jobrun with `--rows`
 runs of 12 jobs (a minutely job holds most of them, as it would in production; one job has a
 long failure streak, one is running, one is ad hoc) plus one SlotClaim per slotted run, then
-times `ops.status.collect()` + JSON rendering in-process (the part that grows with the
+times `ops.monitors.status.collect()` + JSON rendering in-process (the part that grows with the
 history) and the whole `manage.py job_status --json` process, several times each.
 """
 
@@ -186,9 +186,9 @@ def main():
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from ops import status
-    from ops.crontabd import load_schedule
     from ops.models import JobRun
+    from ops.monitors import status
+    from ops.schedule.crontabd import load_schedule
 
     total = JobRun.objects.count()
     # Evaluate as of one minute after the fill's clock, so the states are the designed ones

@@ -15,9 +15,9 @@ from zoneinfo import ZoneInfo
 from cronsim import CronSim
 from django.db import transaction
 
-from ops.crontabd import Schedule
 from ops.models import JobRun, Outcome, SlotClaim
-from ops.slots import Slot, current_slot
+from ops.schedule.crontabd import Schedule
+from ops.schedule.slots import Slot, current_slot
 
 HOST = "web1"
 NOTES = {

@@ -18,11 +18,12 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from . import jobs_page, status
-from .crontabd import CrontabError, Schedule, load_schedule
-from .durations import human_duration
+from . import jobs_page
 from .models import Job, JobRun, Outcome, SlotClaim
-from .status import history_job_names
+from .monitors import status
+from .monitors.status import history_job_names
+from .schedule.crontabd import CrontabError, Schedule, load_schedule
+from .schedule.durations import human_duration
 
 
 class JobFilter(admin.SimpleListFilter):

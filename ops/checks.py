@@ -33,10 +33,10 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from . import conf
-from .crontab import redact, tz_hint, tz_mismatch
-from .crontabd import CrontabError, load_schedule
-from .redact import known_secrets, unknown_names
-from .tznames import current_name
+from .monitors.redact import known_secrets, unknown_names
+from .schedule.crontabd import CrontabError, load_schedule
+from .schedule.installer import redact, tz_hint, tz_mismatch
+from .schedule.tznames import current_name
 
 SETTINGS_HINT = "see docs/settings.md for every cronops setting and its default"
 

@@ -225,8 +225,8 @@ def default_grace(source=None) -> float | None:
     value, where = _raw("OPS_DEFAULT_GRACE", source)
     if value is None:
         return None
-    from .durations import parse_duration
-    from .options import MAX_DURATION
+    from .schedule.durations import parse_duration
+    from .schedule.options import MAX_DURATION
 
     try:
         return parse_duration(str(value), maximum=MAX_DURATION)

@@ -23,10 +23,10 @@ from django.utils import dateparse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from . import status
-from .crontabd import Job
-from .durations import human_duration
 from .models import JobRun, Outcome
+from .monitors import status
+from .schedule.crontabd import Job
+from .schedule.durations import human_duration
 
 STRIP = 30  # attempts in the strip
 SPARK = 30  # successes in the sparkline

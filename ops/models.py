@@ -20,9 +20,9 @@ class JobRun(models.Model):
     """One attempt of one job: every run, skip and dead attempt is kept (the history)."""
 
     job = models.CharField(max_length=100)
-    # The slot's key (ops/slots.py): the logical date ("2026-11-29") for a once-a-day schedule
-    # or a --logical-date run of an unscheduled command, else the fire time's wall clock in
-    # TIME_ZONE plus its UTC offset ("2026-10-25 02:30+02:00"); empty: not slot-gated.
+    # The slot's key (ops/schedule/slots.py): the logical date ("2026-11-29") for a once-a-day
+    # schedule or a --logical-date run of an unscheduled command, else the fire time's wall clock
+    # in TIME_ZONE plus its UTC offset ("2026-10-25 02:30+02:00"); empty: not slot-gated.
     slot = models.CharField(max_length=SLOT_KEY_LENGTH, blank=True, default="")
     logical_date = models.DateField(null=True, blank=True)
     scheduled_at = models.DateTimeField(null=True, blank=True)
@@ -38,9 +38,9 @@ class JobRun(models.Model):
     rid = models.CharField(max_length=36, blank=True, default="")
     command = models.CharField(max_length=500, blank=True, default="")
     output_tail = models.TextField(blank=True, default="")
-    # Not columns: the claim version a run holds, set by ops.claims on the run it creates (read
+    # Not columns: the claim version a run holds, set by ops.run.claims on the run it creates (read
     # with getattr: a run loaded from the database has none); `kind` ("r"/"s"), the raw query
-    # of ops.status.
+    # of ops.monitors.status.
     claim_version: int
     kind: str
 
@@ -60,7 +60,7 @@ class SlotClaim(models.Model):
 
     The file lock stops overlap on one host; this row is what stops a second host (or a
     re-run) from running a slot that is running or done. Its holder is recorded in terms the
-    kernel can check (ops/process.py), and `version` goes up by one each time the claim is
+    kernel can check (ops/run/process.py), and `version` goes up by one each time the claim is
     taken, so a run that lost its claim can never write onto the new holder's.
     """
 

@@ -3,7 +3,7 @@
 Each host is a network namespace joined to the root namespace by a veth pair, in a private
 /24 of its own (10.A.B.0/24: .1 on the root side, .2 inside). Commands run there through
 `ip netns exec NS unshare --pid --fork --mount-proc`, so each host has its own network and its
-own process table: to cronops' holder identity (ops/process.py) it is another machine (same
+own process table: to cronops' holder identity (ops/run/process.py) it is another machine (same
 kernel boot id, another pid namespace), which can only be judged by its heartbeat.
 
 The shared PostgreSQL listens on 127.0.0.1 only and is never reconfigured: a small TCP

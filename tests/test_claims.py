@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ops import process
+from ops.run import process
 
 from .conftest import PING_KEY, Project, copy_tree, require
 from .test_runner import kill_a_scheduled_run_mid_command, ping_to, wait_for_line

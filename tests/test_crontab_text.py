@@ -7,9 +7,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from ops.crontab import InstallError, block_jobs, cron_lines, install_crontab, split_block
-from ops.crontabd import Job, Schedule
-from ops.options import RunOptions
+from ops.schedule.crontabd import Job, Schedule
+from ops.schedule.installer import (
+    InstallError,
+    block_jobs,
+    cron_lines,
+    install_crontab,
+    split_block,
+)
+from ops.schedule.options import RunOptions
 
 from .conftest import require
 from .test_install import FOREIGN, ODD_BREAKS

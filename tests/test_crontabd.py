@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from django.core.management import get_commands
 
-from ops.crontabd import CrontabError, load_schedule, parse_text, validate_schedule
+from ops.schedule.crontabd import CrontabError, load_schedule, parse_text, validate_schedule
 
 BAD = Path(__file__).parent / "data" / "bad_crontabs"
 CORPUS = sorted(BAD.glob("*.cron"))
@@ -108,7 +108,7 @@ def test_mailto_may_be_empty_to_send_no_mail():
 
 
 def test_an_error_message_never_echoes_a_ping_url_or_uuid():
-    from ops.crontabd import CrontabError, parse_text
+    from ops.schedule.crontabd import CrontabError, parse_text
 
     line = "0 0 * * * --ping=https://hc-ping.com/SECRETPINGKEY123/x --timeout=zz check\n"
     with pytest.raises(CrontabError) as error:

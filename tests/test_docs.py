@@ -19,7 +19,7 @@ def test_every_command_is_in_the_readme_command_table(command):
 
 
 def test_every_run_job_option_is_documented():
-    from ops.options import _build_parser
+    from ops.schedule.options import _build_parser
 
     options = {o for a in _build_parser()._actions for o in a.option_strings}
     assert options

@@ -22,9 +22,9 @@ from kubernetes_validate import ValidationError
 from kubernetes_validate import validate as k8s_validate
 from kubernetes_validate.utils import all_versions
 
-from ops import kubernetes
-from ops.crontabd import parse_text
-from ops.kubernetes import ExportError, ExportOptions
+from ops.schedule import kubernetes
+from ops.schedule.crontabd import parse_text
+from ops.schedule.kubernetes import ExportError, ExportOptions
 
 from .conftest import REPO
 

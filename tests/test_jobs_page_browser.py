@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ops import jobs_page
-from ops.slots import current_slot, previous_slots
+from ops.schedule.slots import current_slot, previous_slots
 from tests.browser import CHROMIUM, Server, chromium_page, log_in, rgb, style
 from tests.conftest import REPO, base_env, require
 from tests.test_status import insert_sql

@@ -8,7 +8,7 @@ claim its `scheduled_at`. A once-a-day job's old key for a date counts as that d
 import datetime as dt
 from zoneinfo import ZoneInfo
 
-from ops.slots import current_slot, time_key
+from ops.schedule.slots import current_slot, time_key
 
 from .conftest import clear_of_fire_times
 

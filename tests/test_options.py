@@ -5,15 +5,15 @@ the split between Django's common options, the runner's and the job's.
 import pytest
 from django.core.management.base import BaseCommand
 
-from ops.commandargs import (
+from ops.run.commandargs import (
     ArgsRefused,
     LogicalDateGiven,
     ParserRefused,
     check_args,
     command_parser,
 )
-from ops.durations import parse_duration
-from ops.options import (
+from ops.schedule.durations import parse_duration
+from ops.schedule.options import (
     MAX_CATCH_UP,
     MAX_DURATION,
     OptionsError,
@@ -86,7 +86,7 @@ def test_arguments_without_any_option_never_import_the_command(monkeypatch):
     def explode(command):
         raise AssertionError("imported")
 
-    monkeypatch.setattr("ops.commandargs.command_parser", explode)
+    monkeypatch.setattr("ops.run.commandargs.command_parser", explode)
     check_args("charge_daily", ["2026-01-06", "x"])  # nothing to look at
 
 

@@ -15,8 +15,8 @@ import time
 import pytest
 from werkzeug import Response
 
-from ops.output import Tail
-from ops.redact import Redactor, known_secrets
+from ops.monitors.redact import Redactor, known_secrets
+from ops.run.output import Tail
 
 from .conftest import PING_KEY, base_env, require
 from .test_runner import SLEEPER, wait_for_line

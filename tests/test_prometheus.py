@@ -25,7 +25,7 @@ import time_machine
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from ops import status
+from ops.monitors import status
 from tests import test_status
 from tests.conftest import REPO, require
 from tests.test_status import (
@@ -213,7 +213,7 @@ def test_output_of_the_terminal_table_is_refused_so_no_scrape_breaks(scenario, t
 
 
 def test_label_values_are_escaped():
-    from ops.prometheus import render
+    from ops.monitors.metrics import render
 
     report = status.Report(now=NOW, tz=dt.UTC)
     report.jobs.append(
@@ -332,7 +332,7 @@ def as_stored(line: str) -> str:
 
 def stored_state_series(job: str, state: str) -> str:
     """The series `job_status --format=prometheus` writes for `job` in `state`, as stored."""
-    from ops.prometheus import render
+    from ops.monitors.metrics import render
 
     report = status.Report(now=NOW, tz=dt.UTC)
     report.jobs.append(status.JobStatus(job=job, state=state, reason="", declared=True))
@@ -441,7 +441,7 @@ def test_the_readme_alert_rules_pass_promtool_and_fire_when_they_should(tmp_path
 
 
 def test_the_example_crontab_writes_the_metrics_every_minute_and_keeps_two_days_of_them():
-    from ops.crontabd import parse_text
+    from ops.schedule.crontabd import parse_text
 
     path = REPO / "crontab.d" / "96-metrics.cron"
     metrics, prune = parse_text(path.read_text(), str(path)).jobs

@@ -34,9 +34,9 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from ops import claims, process, runner
 from ops.models import JobRun, Outcome, SlotClaim
-from ops.slots import is_date_key, make_slot
+from ops.run import claims, process, runner
+from ops.schedule.slots import is_date_key, make_slot
 
 UTC = dt.UTC
 TZ = ZoneInfo("Europe/Berlin")

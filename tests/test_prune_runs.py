@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from ops.crontabd import parse_text
 from ops.models import JobRun, Outcome, SlotClaim
-from ops.retention import prune_runs
-from ops.slots import current_slot, time_key
+from ops.run.retention import prune_runs
+from ops.schedule.crontabd import parse_text
+from ops.schedule.slots import current_slot, time_key
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = dt.datetime(2026, 11, 29, 4, 30, tzinfo=dt.UTC)
@@ -113,7 +113,7 @@ def test_dry_run_counts_the_claims_too():
 
 @pytest.mark.django_db
 def test_catch_up_after_a_prune_runs_no_pruned_day_again(settings, tmp_path):
-    from ops import runner
+    from ops.run import runner
 
     settings.OPS_LOCK_DIR = tmp_path / "lock"
     settings.OPS_CRONTAB_DIR = tmp_path
@@ -151,7 +151,7 @@ WEEKLY = "0 3 * * 1"
 def test_a_prune_never_changes_what_catch_up_runs(history, settings, tmp_path):
     """Catch-up's floor is the job's first claim and its latest succeeded slot: pruning the
     claims older than 90 days used to move the first one forward (fewer days caught up)."""
-    from ops import runner
+    from ops.run import runner
 
     settings.OPS_CRONTAB_DIR = tmp_path
     # Weekly: 100 slots of catch-up reach back past the 90-day cut-off.

@@ -8,8 +8,8 @@ import time_machine
 from django.core.management import CommandError, call_command
 
 from commands.models import DailyCharge
-from ops import runner
 from ops.models import JobRun, SlotClaim
+from ops.run import runner
 
 
 def run_at(instant: str, *argv: str) -> int:

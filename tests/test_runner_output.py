@@ -321,7 +321,7 @@ def test_a_socket_opened_just_after_the_job_closed_fd_1_is_moved_above_the_stand
     closed again as the job left it."""
     code = """
 import os, socket, sys
-import ops.output as output
+import ops.run.output as output
 output.hold_standard_fds = lambda: None  # the job closes fds 1 and 2 right after this check
 report = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT)
 os.close(1); os.close(2)

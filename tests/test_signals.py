@@ -1,5 +1,5 @@
 """A signal already taken by CPython's C-level handler while the job sits in a blocking call
-still ends the command (ops/threads.py, Nudger).
+still ends the command (ops/run/threads.py, Nudger).
 
 CPython runs a Python signal handler at the main thread's next bytecode. A signal that lands
 just before a blocking call does not interrupt that call: a SIGTERM did nothing for the 30 s
@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-from ops import runner
-from ops.threads import SIG_NUDGE, quiet_nudges
+from ops.run import runner
+from ops.run.threads import SIG_NUDGE, quiet_nudges
 
 
 @pytest.fixture

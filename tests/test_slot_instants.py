@@ -14,8 +14,9 @@ from zoneinfo import ZoneInfo
 import pytest
 import time_machine
 
-from ops import claims, process, runner, slots
 from ops.models import JobRun, Outcome, SlotClaim
+from ops.run import claims, process, runner
+from ops.schedule import slots
 
 from .conftest import Project, copy_tree
 

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
-from ops.slots import (
+from ops.schedule.slots import (
     current_slot,
     date_slot,
     once_a_day,

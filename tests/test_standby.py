@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ops import standby
-from ops.options import parse_run_args
-from ops.runner import UsageError, standby_bound
+from ops.run import standby
+from ops.run.runner import UsageError, standby_bound
+from ops.schedule.options import parse_run_args
 
 from .conftest import PING_KEY, Project, copy_tree
 from .test_runner import ping_to, wait_for_line
@@ -381,7 +381,7 @@ def test_call_command_passes_the_standby_choice_to_the_runner(monkeypatch, given
     from django.core.management import call_command
 
     seen = []
-    monkeypatch.setattr("ops.runner.run", lambda argv, **kwargs: seen.append(argv) or 0)
+    monkeypatch.setattr("ops.run.runner.run", lambda argv, **kwargs: seen.append(argv) or 0)
     call_command("run_job", "clearsessions", **given)
     assert seen == [[passed, "clearsessions"]]
     assert parse_run_args(seen[0]).standby == given["standby"]

@@ -18,10 +18,10 @@ import time_machine
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from ops import status
-from ops.crontabd import parse_text
 from ops.models import JobRun, Outcome, SlotClaim
-from ops.slots import make_slot, time_key
+from ops.monitors import status
+from ops.schedule.crontabd import parse_text
+from ops.schedule.slots import make_slot, time_key
 from tests.conftest import base_env
 
 UTC = dt.UTC
@@ -459,7 +459,7 @@ def test_a_live_run_on_another_server_with_the_same_host_name_is_running(cron_di
 
 @pytest.mark.django_db
 def test_a_run_whose_holder_process_is_gone_on_this_machine_is_failing_at_once(cron_dir):
-    from ops import process
+    from ops.run import process
 
     insert_orm(r for r in scenario_rows() if r[1]["job"] == "busy-job")
     me = process.identify()

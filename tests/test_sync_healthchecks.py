@@ -14,8 +14,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from ops.crontabd import parse_text
-from ops.hcapi import ApiError, HealthchecksAPI
+from ops.monitors.hcapi import ApiError, HealthchecksAPI
+from ops.schedule.crontabd import parse_text
 
 from .hcserver import API_KEY, CHANNELS, HealthchecksServer
 
@@ -265,7 +265,7 @@ def test_without_an_api_key_it_says_where_to_get_one(configured, settings):
 
 
 def test_the_default_tag_names_the_project_directory(settings):
-    from ops.hcsync import project_tag
+    from ops.monitors.hcsync import project_tag
 
     settings.OPS_HC_TAG = ""
     settings.BASE_DIR = "/srv/My Shop"
@@ -275,7 +275,7 @@ def test_the_default_tag_names_the_project_directory(settings):
 
 
 def test_job_specs_are_built_from_crontab_d():
-    from ops.hcsync import desired_spec
+    from ops.monitors.hcsync import desired_spec
 
     job = parse_text("# Nightly.\n0 3 * * * --timeout=2h x\n", "t.cron").jobs[0]
     assert desired_spec(job, tz="UTC", tag="t") == {

@@ -19,8 +19,8 @@ Two ways of firing the jobs:
   use only the model; the DST nights use both when the real daemon can run.
 
 Expected slots are every fire instant of each schedule in the window (cronsim), keyed as the
-runner keys them (ops/slots.py): a wildcard job's two 02:30s of the autumn night are two slots,
-a fixed-time job has one; a clock stepped back meets slots it already had.
+runner keys them (ops/schedule/slots.py): a wildcard job's two 02:30s of the autumn night are
+two slots, a fixed-time job has one; a clock stepped back meets slots it already had.
 A run serves the slot current at its own start, so under the real daemon a job must start within
 the fake minute: at x20 that is 3 s of real time; the output shows the start lags (fake seconds).
 On a slow machine use --speed 10.
@@ -112,7 +112,7 @@ def expected_slots(first: dt.datetime, last: dt.datetime) -> dict[str, set[str]]
     """Every fire instant of each job in [first, last], keyed as the runner keys slots."""
     from cronsim import CronSim
 
-    from ops.slots import make_slot
+    from ops.schedule.slots import make_slot
 
     out = {}
     for job, expr in JOBS.items():
@@ -178,8 +178,8 @@ def report(name, fires_per_job, first, last, label):
 def model_scenarios() -> None:
     import time_machine
 
-    from ops import runner
     from ops.models import JobRun, SlotClaim
+    from ops.run import runner
 
     start = {
         "spring": dt.datetime(2026, 3, 28, 23, 0, tzinfo=UTC),

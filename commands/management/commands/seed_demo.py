@@ -33,7 +33,7 @@ class Command(BaseCommand):
         self.stdout.write(f"demo subscriptions: {created} created, {len(DEMO) - created} existed")
         if history:
             from commands.demo_history import seed_history
-            from ops.crontabd import load_schedule
+            from ops.schedule.crontabd import load_schedule
 
             count = seed_history(
                 load_schedule(), now=timezone.now(), tz=ZoneInfo(settings.TIME_ZONE)

@@ -4,8 +4,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from ops import conf, kubernetes
-from ops.durations import parse_duration
+from ops import conf
+from ops.schedule import kubernetes
+from ops.schedule.durations import parse_duration
 
 EXIT_USAGE = 2
 

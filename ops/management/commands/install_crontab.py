@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from ops import conf
-from ops.crontab import EXIT_CRONTABD, EXIT_WOULD_CHANGE, InstallError, install_crontab
+from ops.schedule.installer import EXIT_CRONTABD, EXIT_WOULD_CHANGE, InstallError, install_crontab
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from ops.models import JobRun
-from ops.output import settle
+from ops.run.output import settle
 
 
 class Command(BaseCommand):

@@ -7,8 +7,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from django.utils import timezone
 
-from ops import conf, prometheus, status
-from ops.crontabd import CrontabError, load_schedule
+from ops import conf
+from ops.monitors import metrics, status
+from ops.schedule.crontabd import CrontabError, load_schedule
 
 FORMATS = ("table", "json", "prometheus")
 
@@ -17,7 +18,7 @@ def render(report: status.Report, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(status.to_json(report), indent=2) + "\n"
     if fmt == "prometheus":
-        return prometheus.render(report)
+        return metrics.render(report)
     return status.render_table(report) + "\n"
 
 
@@ -85,7 +86,7 @@ class Command(BaseCommand):
             # An exporter's job is the file: the states are in it, so its exit code says only
             # whether it was written (run from cron, exit 1 would look like its own failure).
             try:
-                prometheus.write_textfile(Path(output), text)
+                metrics.write_textfile(Path(output), text)
             except OSError as exc:
                 reason = exc.strerror or str(exc)
                 raise CommandError(f"cannot write {output}: {reason}", returncode=2) from None

@@ -2,8 +2,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from django.utils import timezone
 
-from ops.durations import parse_duration
-from ops.retention import prune_runs
+from ops.run.retention import prune_runs
+from ops.schedule.durations import parse_duration
 
 
 class Command(BaseCommand):

@@ -2,8 +2,8 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError, handle_default_options
 
-from ops import runner
-from ops.options import RUNNER_FIELDS, add_runner_options, split_common_options
+from ops.run import runner
+from ops.schedule.options import RUNNER_FIELDS, add_runner_options, split_common_options
 
 
 class Command(BaseCommand):

@@ -1,9 +1,10 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from ops import conf, hcsync
-from ops.crontabd import CrontabError, load_schedule
-from ops.hcapi import ApiError, HealthchecksAPI
+from ops import conf
+from ops.monitors import hcsync
+from ops.monitors.hcapi import ApiError, HealthchecksAPI
+from ops.schedule.crontabd import CrontabError, load_schedule
 
 EXIT_API = 1
 EXIT_USAGE = 2

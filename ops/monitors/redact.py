@@ -15,7 +15,7 @@ import re
 import urllib.parse
 from collections.abc import Iterable
 
-from . import conf
+from .. import conf
 
 MIN_LENGTH = 8
 

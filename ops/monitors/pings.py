@@ -22,14 +22,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .output import (
+from ..run.output import (
     hold_standard_fds,
     socket_above_standard_fds,
     truncation_notice,
     utf8_end,
     utf8_start,
 )
-from .threads import start as start_thread
+from ..run.threads import start as start_thread
 
 log = logging.getLogger("ops.healthchecks")
 
@@ -60,7 +60,7 @@ class PingConfig:
 
     @classmethod
     def from_settings(cls):
-        from . import conf
+        from .. import conf
 
         return cls(
             base_url=conf.ping_url(),

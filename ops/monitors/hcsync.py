@@ -32,12 +32,12 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 
-from . import conf
-from .crontabd import Job, Schedule
-from .durations import format_duration
+from .. import conf
+from ..schedule.crontabd import Job, Schedule
+from ..schedule.durations import format_duration
+from ..schedule.tznames import current_name, same_zone
 from .hcapi import HealthchecksAPI, check_uuid
 from .status import grace_seconds
-from .tznames import current_name, same_zone
 
 MAX_SECONDS = 31_536_000  # the API's limit for timeout and grace
 REBOOT_TIMEOUT = MAX_SECONDS

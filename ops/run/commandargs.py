@@ -135,7 +135,7 @@ def history_command(name: str, command: str) -> str | None:
     """
     from django.db.models import Q
 
-    from .models import JobRun, SlotClaim
+    from ..models import JobRun, SlotClaim
 
     # A run's `command` is its command line ("sleep_demo --seconds=0"): the first word counts.
     def same(field: str) -> Q:

@@ -22,14 +22,17 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from . import children, claims, commandargs, conf, standby
+from .. import conf
+from ..models import JobRun, Outcome
+from ..monitors.pings import PingConfig, Pinger
+from ..monitors.redact import Redactor
+from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
+from ..schedule.options import OptionsError, RunOptions, merge, parse_run_args, shown
+from ..schedule.slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
+from . import claims, commandargs, descendants, standby
 from .commandargs import ArgsRefused, LogicalDateGiven
 from .commandargs import check_args as check_command_args
-from .crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
-from .healthchecks import PingConfig, Pinger
 from .lock import JobLock, LockError
-from .models import JobRun, Outcome
-from .options import OptionsError, RunOptions, merge, parse_run_args, shown
 from .output import (
     CapturedOutput,
     JobLog,
@@ -39,8 +42,6 @@ from .output import (
     standard_streams,
     write_fd,
 )
-from .redact import Redactor
-from .slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
 from .threads import RUN_SIGNALS, SIG_INTERRUPT, Nudger, quiet_nudges
 from .threads import start as start_thread
 
@@ -461,13 +462,13 @@ def _one_line(exc: BaseException) -> str:
 
 
 def standby_bound(options: RunOptions, heartbeat: float) -> float | None:
-    """How long a run stands by (ops/standby.py); UsageError for a bad OPS_STANDBY."""
+    """How long a run stands by (ops/run/standby.py); UsageError for a bad OPS_STANDBY."""
     try:
         on = options.standby if options.standby is not None else standby.setting()
     except standby.StandbySettingError as exc:
         raise UsageError(str(exc)) from None
     if on is True and not options.timeout:
-        from .status import default_grace  # only then: the runner's start-up stays lean
+        from ..monitors.status import default_grace  # only then: the runner's start-up stays lean
 
         grace = default_grace()
     else:
@@ -568,13 +569,13 @@ class Runner:
         # The standby's bound counts from here: a --wait for the lock does not use it up.
         self.standby_deadline = time.monotonic() + (self.standby or 0)
         self.guard.install()
-        # Orphaned grandchildren of the command reparent to run_job (ops/children.py).
-        subreaper = children.set_subreaper(True)
+        # Orphaned grandchildren of the command reparent to run_job (ops/run/descendants.py).
+        subreaper = descendants.set_subreaper(True)
         try:
             return self._run(now)
         finally:
             if subreaper is False:  # an in-process caller's state comes back
-                children.set_subreaper(False)
+                descendants.set_subreaper(False)
             self.guard.uninstall()
             lock.release()
 
@@ -726,7 +727,7 @@ class Runner:
         started = time.monotonic()
         outcome, note = Outcome.SUCCEEDED, ""
         self.guard.lost = None
-        before = frozenset(children.children_of(os.getpid()))  # not the command's: never ended
+        before = frozenset(descendants.children_of(os.getpid()))  # not the command's: never ended
 
         def on_lost(note: str) -> None:
             self.guard.interrupt_lost(JobInterrupted(Outcome.TAKEN_OVER, EXIT_SKIPPED, note))
@@ -814,10 +815,10 @@ class Runner:
         return exit_code
 
     def end_leftovers(self, before: frozenset[int]) -> None:
-        """End the processes the command left behind (ops/children.py), after any end of it.
+        """End the processes the command left behind (ops/run/descendants.py), after any end of it.
         A signal meanwhile is only noted by the guard and acted on afterwards."""
         try:
-            ended = children.end_descendants(exclude=before)
+            ended = descendants.end_descendants(exclude=before)
         except Exception as exc:  # never lose the outcome over it
             say(f"job {self.plan.name}: could not end its child processes: {exc}", self.stderr)
             return

@@ -326,7 +326,7 @@ def _check_env_line(name: str, value: str, path: str, lineno: int, raw: str) -> 
 class ArgsChecker:
     """Checks a job's command arguments with the command's own parser (built once per command,
     shared with the runner): what the parser refuses, and a --logical-date or --help among them
-    (the runner owns the logical date; see ops/commandargs.py)."""
+    (the runner owns the logical date; see ops/run/commandargs.py)."""
 
     def __init__(self):
         self._seen: dict[tuple, str | None] = {}
@@ -338,7 +338,7 @@ class ArgsChecker:
         return self._seen[key]
 
     def _check(self, command: str, args: list[str]) -> str | None:
-        from .commandargs import ArgsRefused, LogicalDateGiven, ParserRefused, check_args
+        from ..run.commandargs import ArgsRefused, LogicalDateGiven, ParserRefused, check_args
 
         try:
             check_args(command, args)
@@ -513,7 +513,7 @@ def load_schedule(
     installer and `manage.py check` do; a run does not pay for it).
     """
     if directory is None:
-        from . import conf
+        from .. import conf
 
         directory = conf.crontab_dir()
     if known_commands is None:
@@ -566,7 +566,7 @@ def load_jobs_leniently(directory: Path | str | None = None, known_commands=None
     declared twice is left out: which of the two is meant cannot be known.
     """
     if directory is None:
-        from . import conf
+        from .. import conf
 
         directory = conf.crontab_dir()
     if known_commands is None:

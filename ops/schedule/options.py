@@ -59,7 +59,7 @@ class RunOptions:
     quiet: bool = False
     log: str | None = None
     # None: not said (OPS_STANDBY decides); False: --no-standby; True: --standby (bounded by
-    # the job's --timeout, ops/standby.py); a number: --standby=DURATION, in seconds.
+    # the job's --timeout, ops/run/standby.py); a number: --standby=DURATION, in seconds.
     standby: bool | float | None = None
     # Which options the command line set explicitly (the rest may come from crontab.d).
     given: set[str] = field(default_factory=set)

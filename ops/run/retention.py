@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models import Q
 
+from ..models import JobRun, Outcome, SlotClaim
+from ..monitors.status import NOT_ATTEMPTS, history_job_names
 from . import claims
-from .models import JobRun, Outcome, SlotClaim
-from .status import NOT_ATTEMPTS, history_job_names
 
 BATCH = 2000
 

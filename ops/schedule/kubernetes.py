@@ -398,8 +398,8 @@ def active_deadline(job: Job, options: ExportOptions) -> int | None:
 
 
 def _standby_bound(job: Job) -> float:
-    from . import conf
-    from .standby import StandbySettingError, bound
+    from .. import conf
+    from ..run.standby import StandbySettingError, bound
 
     try:
         seconds = bound(job.options, heartbeat=conf.heartbeat_seconds(), default_grace=0.0)

@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..models import Outcome, SlotClaim
+from ..schedule.durations import human_duration
+from ..schedule.options import RunOptions
+from ..schedule.slots import Slot
 from . import claims, process
-from .durations import human_duration
-from .models import Outcome, SlotClaim
-from .options import RunOptions
-from .slots import Slot
 
 POLL_MAX = 5.0  # seconds: takeover within 3 heartbeats + this
 POLL_MIN = 0.2
@@ -46,7 +46,7 @@ class StandbySettingError(ValueError):
 
 def setting() -> bool:
     """OPS_STANDBY (ops/conf.py): on (1, true, yes, on) or off (0, false, no, off, empty)."""
-    from . import conf
+    from .. import conf
 
     try:
         return conf.standby()

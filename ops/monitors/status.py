@@ -32,11 +32,12 @@ from zoneinfo import ZoneInfo
 from django.db import connection
 from django.db.models import Count, Q
 
-from . import claims, conf
-from .crontabd import Job, Schedule
-from .durations import human_duration
-from .models import JobRun, Outcome, SlotClaim
-from .slots import Slot, current_slot, next_fire, wall_clock
+from .. import conf
+from ..models import JobRun, Outcome, SlotClaim
+from ..run import claims
+from ..schedule.crontabd import Job, Schedule
+from ..schedule.durations import human_duration
+from ..schedule.slots import Slot, current_slot, next_fire, wall_clock
 
 OK, RUNNING, FAILING, OVERDUE, NEVER_RUN = "ok", "running", "failing", "overdue", "never run"
 STATES = (OK, RUNNING, FAILING, OVERDUE, NEVER_RUN)

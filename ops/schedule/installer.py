@@ -5,8 +5,8 @@ The crontab is read and written as raw text: only the lines between this project
 it was. python-crontab rewrites lines it did not create (`0 0 * * *` → `@daily`, unparseable
 lines → `# DISABLED LINE`, `NAME = value` lines dropped, comments re-attached), so it never
 reads or writes the table here: its `CronSlices.is_valid` is a second opinion on each
-schedule (ops/crontabd.py). The whole new text is checked by `crontab -n` (Debian's dry run)
-and installed atomically by `crontab FILE`, which installs all of it or changes nothing.
+schedule (ops/schedule/crontabd.py). The whole new text is checked by `crontab -n` (Debian's dry
+run) and installed atomically by `crontab FILE`, which installs all of it or changes nothing.
 """
 
 import difflib
@@ -21,9 +21,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import conf
+from .. import conf
+from ..monitors.redact import Redactor, known_secrets
 from .crontabd import CrontabError, Job, Schedule, load_schedule
-from .redact import Redactor, known_secrets
 
 # install_crontab's exit codes (README, "install_crontab").
 EXIT_OK = 0

@@ -1,0 +1,1 @@
+"""The monitors: healthchecks.io pings and API sync, job status, metrics, redaction."""

@@ -1,0 +1,1 @@
+"""One run of a job: the supervisor, its claim, lock, output, descendants and standby."""

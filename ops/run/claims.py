@@ -1,0 +1,524 @@
+"""The slot claim: one row per job and slot that only one live run can own.
+
+Taking a claim is the INSERT that creates the row, or one conditional UPDATE that also checks
+the claim's `version`, so two processes, on one host or on two hosts sharing the database, can
+never both win it. A claim held by a running process is taken over only when that holder is
+provably gone (ops/run/process.py):
+
+- on the same machine (same boot id and pid namespace): its pid is free, or belongs to a
+  process started at another time (pid reuse), and no process of its run (a child that
+  inherited OPS_RUN_ID, ops/run/descendants.py) still runs; a live holder keeps its claim;
+- anywhere else (another machine, another container, before a reboot), or for a claim written
+  before holders were recorded: its heartbeat is older than STALE_HEARTBEATS intervals.
+
+The host name (OPS_HOST) and the file lock play no part: two servers may share a name, two
+checkouts may use two lock directories, and a lock directory may be deleted under a live run.
+
+Each take increases `version` (the first claim is 1). The holder's heartbeat and its final
+state are written only while (run, version) still match, so a run whose claim was taken over
+never writes onto the new holder's. A run carries the version it holds as `run.claim_version`.
+
+A running job can ask whether it still holds its claim: `current_claim()` (in the job's own
+process; its child processes find the same in OPS_JOB, OPS_SLOT, OPS_CLAIM_VERSION and
+OPS_RUN_ID) and `HeldClaim.still_held()`.
+"""
+
+import datetime as dt
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.db.transaction import TransactionManagementError
+
+from ..models import JobRun, Outcome, SlotClaim
+from ..schedule.slots import Slot, start_of_day
+from . import descendants, process
+
+STALE_HEARTBEATS = 3  # a claim that cannot be checked is dead after this many missed heartbeats
+RETRYABLE = [Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED]
+ATTEMPTS = 5  # re-reads when another run changed the claim between our read and our update
+
+
+@dataclass
+class ClaimResult:
+    status: str  # "claimed", "done" or "busy"
+    run: JobRun | None = None
+    holder: SlotClaim | None = None
+    abandoned: JobRun | None = None
+    version: int | None = None
+    survivor: descendants.Proc | None = None  # busy: the dead holder's child that still runs
+
+
+def new_run(
+    job: str,
+    slot: Slot | None,
+    *,
+    host: str,
+    pid: int,
+    now: dt.datetime,
+    command: str,
+    outcome=Outcome.RUNNING,
+    **extra,
+) -> JobRun:
+    lag = None
+    if slot is not None and slot.at is not None:
+        lag = (now - slot.at).total_seconds()
+    return JobRun.objects.create(
+        job=job,
+        slot=slot.key if slot else "",
+        logical_date=slot.logical_date if slot else None,
+        scheduled_at=slot.at if slot else None,
+        outcome=outcome,
+        started_at=now,
+        host=host,
+        pid=pid,
+        lag=lag,
+        command=command[:500],
+        **extra,
+    )
+
+
+def holder_of(row: SlotClaim) -> process.Identity:
+    return process.Identity(
+        boot_id=row.holder_boot_id,
+        pid_ns=row.holder_pid_ns,
+        pid=row.pid,
+        started=row.holder_started,
+    )
+
+
+def stale_limit(row: SlotClaim, stale_after: float) -> float:
+    """Seconds without a heartbeat after which `row`'s holder counts as gone: STALE_HEARTBEATS
+    of the holder's own interval (it wrote it on the claim), never the judge's; `stale_after`
+    (the judge's own) only for a claim written before holders recorded their interval."""
+    if row.heartbeat_interval:
+        return STALE_HEARTBEATS * row.heartbeat_interval
+    return stale_after
+
+
+def holder_alive(
+    row: SlotClaim, now: dt.datetime, stale_after: float, me: process.Identity | None = None
+) -> bool:
+    """Whether a running claim still has a live holder, as far as this process can tell."""
+    me = me or process.identify()
+    holder = holder_of(row)
+    if process.same_machine(holder, me):
+        return not process.is_gone(holder, me) or survivor(row) is not None
+    return row.heartbeat_at >= now - dt.timedelta(seconds=stale_limit(row, stale_after))
+
+
+def survivor(row: SlotClaim) -> descendants.Proc | None:
+    """A process of the holder's run that still runs on this machine although the holder's
+    own process is gone: a child of the job that inherited OPS_RUN_ID. Asked only once the
+    holder is known dead, so a scan of /proc is paid only then."""
+    return descendants.survivor(row.run_id) if row.run_id else None
+
+
+def _holder_fields(identity: process.Identity, host: str, heartbeat: float) -> dict:
+    return {
+        "heartbeat_interval": heartbeat,
+        "host": host,
+        "pid": identity.pid,
+        "holder_boot_id": identity.boot_id,
+        "holder_pid_ns": identity.pid_ns,
+        "holder_started": identity.started,
+    }
+
+
+def _same_slot(job: str, slot: Slot):
+    """Claims of the same job under other keys that stand for `slot` (README, "Slots, logical
+    dates and claims"): the same instant under any key (another TIME_ZONE's wall clock, or a
+    once-a-day key whose claim ran at that instant); and for a slot keyed by date, any claim of
+    its logical date (the job's earlier several-a-day schedule, or a key from before the upgrade).
+    A once-a-day claim covers the one instant it ran for, not the other slots of a day that now
+    has several."""
+    same = Q(scheduled_at=slot.at) if slot.at is not None else Q(pk__in=[])
+    if slot.by_date:
+        same |= Q(logical_date=slot.logical_date)
+    return (
+        SlotClaim.objects.filter(same, job=job)
+        .exclude(slot=slot.key)
+        .filter(state__in=[Outcome.SUCCEEDED, Outcome.RUNNING])
+        .order_by("id")
+    )
+
+
+def _advisory_lock(key: str, *, shared: bool = False) -> None:
+    """A transaction-scoped PostgreSQL advisory lock on `key` (SQLite: nothing to take; its
+    IMMEDIATE transactions hold the one write lock from BEGIN, config/settings.py)."""
+    if connection.vendor != "postgresql":
+        return
+    digest = hashlib.sha256(key.encode()).digest()
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
+
+
+def _lock_job(job: str) -> None:
+    """Serialise claims of one job (inside the claim's transaction): a claim and its look for
+    the same slot under other keys are then one step, so of two runs of one instant under two
+    keys the second always sees the first. One lock per job: other jobs never wait."""
+    _advisory_lock(f"cronops claim {job}")
+
+
+def _lock_holder(job: str, slot_key: str, *, shared: bool = False) -> None:
+    """The holder of one running claim: a fencing transaction of the holder's job
+    (`still_held(lock=True)`) takes it shared, a takeover of that claim exclusively, so the
+    takeover waits for the fencing commit. Heartbeats, and the claims of other slots or of a
+    claim that is plainly busy, never take it."""
+    _advisory_lock(f"cronops holder {job} {slot_key}", shared=shared)
+
+
+class _Yield(Exception):
+    """Rolls our claim back: the slot is held or done under another key."""
+
+    def __init__(self, result: "ClaimResult"):
+        self.result = result
+
+
+def _conflict(job: str, slot: Slot, *, me, now, stale_after, force) -> ClaimResult | None:
+    """The same slot claimed under another key: done (a success), busy (a live holder), or None.
+    A running claim there whose holder is gone is recorded abandoned (version + 1, so that
+    holder, if it was only frozen, finds it lost at its next heartbeat)."""
+    for row in _same_slot(job, slot):
+        if row.state == Outcome.SUCCEEDED:
+            if not force:
+                return ClaimResult(status="done", holder=row)
+            continue
+        if holder_alive(row, now, stale_after, me):
+            return ClaimResult(status="busy", holder=row)
+        _lock_holder(job, row.slot)  # a fencing transaction of its holder ends first
+        gone = SlotClaim.objects.filter(pk=row.pk, version=row.version, state=Outcome.RUNNING)
+        if gone.update(state=Outcome.ABANDONED, version=F("version") + 1) and row.run_id:
+            _abandon(row, proven_gone=process.same_machine(holder_of(row), me))
+    return None
+
+
+def _free(row: SlotClaim, *, me, now, stale_after, force) -> Q | None:
+    """The condition under which `row` may be taken now, or None when it may not."""
+    if row.state == Outcome.SUCCEEDED:
+        return Q(state=Outcome.SUCCEEDED) if force else None
+    if row.state != Outcome.RUNNING:
+        return Q(state__in=RETRYABLE)
+    holder = holder_of(row)
+    if process.same_machine(holder, me):
+        if not process.is_gone(holder, me) or survivor(row) is not None:
+            return None
+        return Q(state=Outcome.RUNNING)
+    cutoff = now - dt.timedelta(seconds=stale_limit(row, stale_after))
+    if row.heartbeat_at < cutoff:
+        # The UPDATE checks it again: a heartbeat that arrives meanwhile keeps the claim.
+        return Q(state=Outcome.RUNNING, heartbeat_at__lt=cutoff)
+    return None
+
+
+def claim(
+    job: str,
+    slot: Slot,
+    *,
+    host: str,
+    pid: int,
+    now: dt.datetime,
+    stale_after: float,
+    force: bool,
+    command: str,
+    identity: process.Identity | None = None,
+    heartbeat: float | None = None,
+) -> ClaimResult:
+    """Claim `slot` for `job` for the process `identity` (default: process `pid`), which
+    heartbeats every `heartbeat` seconds (default: `stale_after` / STALE_HEARTBEATS, its own
+    judge's limit); the interval is stored on the claim, and others judge it by it.
+
+    Race-safe against the same slot under another key: our claim is written first, then the
+    other keys are read, in one transaction serialised per job (_lock_job); when another key
+    holds or has done the slot, ours is rolled back and the answer is that one's."""
+    me = identity or process.identify(pid)
+    if heartbeat is None:
+        heartbeat = stale_after / STALE_HEARTBEATS
+    holder = _holder_fields(me, host, heartbeat)
+    for _ in range(ATTEMPTS):
+        try:
+            result = _claim_once(
+                job,
+                slot,
+                me=me,
+                holder=holder,
+                now=now,
+                stale_after=stale_after,
+                force=force,
+                command=command,
+            )
+        except _Yield as yielded:
+            return yielded.result
+        if result is not None:
+            return result
+    row = SlotClaim.objects.get(job=job, slot=slot.key)
+    return ClaimResult(status="done" if row.state == Outcome.SUCCEEDED else "busy", holder=row)
+
+
+def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> ClaimResult | None:
+    """One attempt; None when another run changed the claim between our read and our update."""
+    with transaction.atomic():
+        _lock_job(job)
+        row, created = SlotClaim.objects.get_or_create(
+            job=job,
+            slot=slot.key,
+            defaults={
+                "logical_date": slot.logical_date,
+                "scheduled_at": slot.at,
+                "state": Outcome.RUNNING,
+                "version": 1,
+                "started_at": now,
+                "heartbeat_at": now,
+                **holder,
+            },
+        )
+        abandoned = None
+        if not created:
+            free = _free(row, me=me, now=now, stale_after=stale_after, force=force)
+            if free is None:
+                if row.state == Outcome.SUCCEEDED:
+                    return ClaimResult(status="done", holder=row)
+                left = None
+                if process.same_machine(holder_of(row), me) and process.is_gone(holder_of(row), me):
+                    left = survivor(row)
+                return ClaimResult(status="busy", holder=row, survivor=left)
+            if row.state == Outcome.RUNNING:
+                # A takeover: a fencing transaction of the holder ends first; the UPDATE below
+                # then sees the claim as committed (a heartbeat meanwhile keeps it).
+                _lock_holder(job, row.slot)
+            taken = SlotClaim.objects.filter(free, pk=row.pk, version=row.version).update(
+                state=Outcome.RUNNING,
+                version=F("version") + 1,
+                scheduled_at=slot.at,
+                started_at=now,
+                heartbeat_at=now,
+                **holder,
+            )
+            if not taken:
+                return None  # another run changed it first: read it again
+            if row.state == Outcome.RUNNING and row.run_id:
+                abandoned = _abandon(row, proven_gone=process.same_machine(holder_of(row), me))
+        # Ours is written; now the same slot under other keys (the lock makes it one step).
+        other = _conflict(job, slot, me=me, now=now, stale_after=stale_after, force=force)
+        if other is not None:
+            raise _Yield(other)  # rolls ours back: no row, no run, nothing to record
+        version = 1 if created else row.version + 1
+        run = new_run(job, slot, host=holder["host"], pid=me.pid, now=now, command=command)
+        run.claim_version = version
+        SlotClaim.objects.filter(pk=row.pk, version=version).update(run=run)
+    return ClaimResult(status="claimed", run=run, abandoned=abandoned, version=version)
+
+
+def _abandon(row: SlotClaim, proven_gone: bool) -> JobRun | None:
+    """Record the dead holder's run as abandoned. (If it was only frozen or cut off from the
+    database and comes back, it finds out at its next heartbeat and records itself as taken
+    over instead.)"""
+    if row.run_id is None:
+        return None  # no run recorded on the claim (the query below would find none either)
+    abandoned = JobRun.objects.filter(pk=row.run_id, outcome=Outcome.RUNNING).first()
+    if abandoned is not None:
+        abandoned.outcome = Outcome.ABANDONED
+        abandoned.finished_at = row.heartbeat_at
+        why = "process died" if proven_gone else "heartbeat stopped"
+        abandoned.note = (
+            f"{why} (pid {row.pid} on {row.host}, last heartbeat "
+            f"{row.heartbeat_at:%Y-%m-%d %H:%M:%S %Z})"
+        )
+        abandoned.save(update_fields=["outcome", "finished_at", "note"])
+    return abandoned
+
+
+def _ours(run: JobRun):
+    """The run's claim, while the run still owns it (same run, same version)."""
+    claims = SlotClaim.objects.filter(job=run.job, slot=run.slot, run=run)
+    version = getattr(run, "claim_version", None)
+    return claims if version is None else claims.filter(version=version)
+
+
+def release(run: JobRun) -> int:
+    """Put the run's final outcome on its claim; 0 when the claim is no longer ours (another
+    run took it over), and then nothing is written."""
+    return _ours(run).update(state=run.outcome)
+
+
+def peek(job: str, slot_key: str) -> SlotClaim | None:
+    """The claim of one slot as it stands: one read on the unique (job, slot) index."""
+    return SlotClaim.objects.filter(job=job, slot=slot_key).first()
+
+
+# --- "am I still the holder?": for jobs that need fencing ------------------------------------
+
+ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN = "OPS_JOB", "OPS_SLOT", "OPS_CLAIM_VERSION", "OPS_RUN_ID"
+_ENV_NAMES = (ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN)
+
+
+@dataclass(frozen=True)
+class HeldClaim:
+    """The claim the running job was started under: its slot and its fencing token."""
+
+    job: str
+    slot: str  # the slot's key, "2026-11-29" or "2026-10-25 02:30+02:00"
+    version: int  # 1 for the first claim of the slot, +1 for every takeover
+    run_id: int  # the run's row in the history (JobRun)
+
+    def still_held(self, *, lock: bool = False) -> bool:
+        """Whether this run still holds its claim (no other run took the slot over).
+
+        With `lock=True`, inside `transaction.atomic()`, a takeover of this claim waits until
+        the transaction ends (a shared advisory lock on PostgreSQL, which a takeover takes
+        exclusively), so what the transaction writes is written by the holder. The claim's row
+        is not locked and other claims of the job do not wait: the holder's heartbeats go on
+        meanwhile, a long transaction does not make it look dead, and a second run of the slot
+        is still told `busy` at once. (SQLite has one writer at a time anyway.)
+
+        Outside a transaction (autocommit) the lock would end with its own statement:
+        TransactionManagementError. PostgreSQL's REPEATABLE READ or SERIALIZABLE would read the
+        claim from a snapshot taken before the lock (a takeover committed meanwhile goes
+        unseen): refused too, the check needs READ COMMITTED (Django's default)."""
+        if lock and connection.get_autocommit():
+            raise TransactionManagementError(
+                "still_held(lock=True) outside transaction.atomic() holds nothing"
+            )
+        rows = SlotClaim.objects.filter(
+            job=self.job,
+            slot=self.slot,
+            version=self.version,
+            run_id=self.run_id,
+            state=Outcome.RUNNING,
+        )
+        if lock:
+            _lock_holder(self.job, self.slot, shared=True)
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT current_setting('transaction_isolation')")
+                    (level,) = cursor.fetchone()
+                if level != "read committed":
+                    raise TransactionManagementError(
+                        f"still_held(lock=True) needs READ COMMITTED, not {level.upper()}: "
+                        "its snapshot predates the lock, so a takeover would go unseen"
+                    )
+        return rows.exists()
+
+
+_current: HeldClaim | None = None
+
+
+def current_claim() -> HeldClaim | None:
+    """The claim of the run_job run this code runs in, or None (not under run_job, or a run
+    without a slot). A child process reads it from the environment run_job set."""
+    if _current is not None:
+        return _current
+    values = [os.environ.get(name, "") for name in _ENV_NAMES]
+    if not all(values):
+        return None
+    job, slot, version, run_id = values
+    try:
+        return HeldClaim(job=job, slot=slot, version=int(version), run_id=int(run_id))
+    except ValueError:
+        return None
+
+
+@contextmanager
+def holding(run: JobRun) -> Iterator[HeldClaim | None]:
+    """While the run runs: its claim for current_claim(), and in the environment for the
+    command's child processes. A run without a slot clears them (a parent run_job's must not
+    leak in). Entered before the run starts a thread that reads the environment (the pings, the
+    heartbeat) and left after them (see the runner)."""
+    global _current
+    held = None
+    version = getattr(run, "claim_version", None)
+    if run.slot and version is not None:
+        held = HeldClaim(job=run.job, slot=run.slot, version=version, run_id=run.pk)
+    saved = {name: os.environ.get(name) for name in _ENV_NAMES}
+    previous, _current = _current, held
+    for name, value in zip(_ENV_NAMES, _env_values(held), strict=True):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    try:
+        yield held
+    finally:
+        _current = previous
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _env_values(held: HeldClaim | None) -> list[str | None]:
+    if held is None:
+        return [None] * len(_ENV_NAMES)
+    return [held.job, held.slot, str(held.version), str(held.run_id)]
+
+
+def heartbeat(run: JobRun, now: dt.datetime) -> int:
+    """Refresh the claim's heartbeat; 0 when the run no longer owns its claim."""
+    return _ours(run).update(heartbeat_at=now)
+
+
+@dataclass
+class Floor:
+    """How far back catch-up may go: after the latest succeeded slot, from the first claim."""
+
+    first: dt.datetime | None  # None: the job never claimed a slot, so there is no catch-up
+    latest_success: dt.datetime | None
+
+
+def catch_up_floor(job: str, tz: ZoneInfo) -> Floor:
+    """By slot instant (never by key text, never by when a run happened): a by-hand success of
+    an old date does not raise the floor. Two index seeks (ops_claim_job_sched/_state)."""
+    first, latest = floor_claims(job)
+    start = first.scheduled_at if first else None
+    if first and start is None and first.logical_date:
+        # Only --logical-date runs of the command before it had a schedule: their dates.
+        start = start_of_day(first.logical_date, tz)
+    return Floor(first=start, latest_success=latest.scheduled_at if latest else None)
+
+
+def floor_claims(job: str) -> tuple[SlotClaim | None, SlotClaim | None]:
+    """(the job's first claim, its latest succeeded scheduled claim): what catch-up's floor is
+    made of, which retention keeps whatever their age."""
+    claims = SlotClaim.objects.filter(job=job).only("pk", "scheduled_at", "logical_date")
+    first = claims.filter(scheduled_at__isnull=False).order_by("scheduled_at").first()
+    if first is None:
+        first = claims.filter(logical_date__isnull=False).order_by("logical_date").first()
+    latest = (
+        claims.filter(state=Outcome.SUCCEEDED, scheduled_at__isnull=False)
+        .order_by("-scheduled_at")
+        .first()
+    )
+    return first, latest
+
+
+def done_keys(job: str, slots: list[Slot]) -> set[str]:
+    """The keys of `slots` that already succeeded: under their own key, at the same instant
+    under another key, or (a slot keyed by date) their logical date under another key."""
+    keys = {s.key for s in slots}
+    done = SlotClaim.objects.filter(job=job, state=Outcome.SUCCEEDED)
+    found = set(done.filter(slot__in=keys).values_list("slot", flat=True))
+    instants = {s.at for s in slots if s.at is not None}
+    if instants:
+        done_at = set(done.filter(scheduled_at__in=instants).values_list("scheduled_at", flat=True))
+        found |= {s.key for s in slots if s.at is not None and s.at in done_at}
+    dates = {s.logical_date for s in slots if s.by_date}
+    if dates:
+        done_dates = set(done.filter(logical_date__in=dates).values_list("logical_date", flat=True))
+        found |= {s.key for s in slots if s.by_date and s.logical_date in done_dates}
+    return found
+
+
+def peek_slot(job: str, slot: Slot) -> SlotClaim | None:
+    """The claim that decides `slot` now, for a standby: its own key's while that one is running
+    or done, else the same slot's under another key (running or done) if there is one."""
+    own = peek(job, slot.key)
+    if own is not None and own.state in (Outcome.RUNNING, Outcome.SUCCEEDED):
+        return own
+    return _same_slot(job, slot).first() or own

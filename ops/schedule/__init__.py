@@ -1,0 +1,1 @@
+"""The schedule: the crontab.d parser, the crontab installer, slots, options and exports."""
