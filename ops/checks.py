@@ -34,8 +34,9 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from . import conf
 from .monitors.redact import known_secrets, unknown_names
+from .schedule.crontab_text import redact
 from .schedule.crontabd import CrontabError, load_schedule
-from .schedule.installer import redact, tz_hint, tz_mismatch
+from .schedule.systemtz import tz_hint, tz_mismatch
 from .schedule.tznames import current_name
 
 SETTINGS_HINT = "see docs/settings.md for every cronops setting and its default"

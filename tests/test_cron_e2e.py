@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.schedule.installer import tz_mismatch
+from ops.schedule.systemtz import tz_mismatch
 
 from .conftest import PING_KEY, add_echo_args, base_env, copy_tree, require
 

@@ -7,14 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from ops.schedule.crontab_text import InstallError, block_jobs, cron_lines, split_block
 from ops.schedule.crontabd import Job, Schedule
-from ops.schedule.installer import (
-    InstallError,
-    block_jobs,
-    cron_lines,
-    install_crontab,
-    split_block,
-)
+from ops.schedule.installer import install_crontab
 from ops.schedule.options import RunOptions
 
 from .conftest import require

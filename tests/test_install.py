@@ -424,7 +424,7 @@ def test_a_tab_file_with_lines_cron_would_refuse_keeps_them_and_gets_only_our_bl
 
 
 def test_a_block_with_mailto_moves_below_another_projects_block_so_its_mailto_reaches_no_one_else():
-    from ops.schedule.installer import splice
+    from ops.schedule.crontab_text import splice
 
     ours = "# BEGIN cronops a\nMAILTO=ops@example.com\n0 0 * * * true\n# END cronops a\n"
     theirs = "# BEGIN cronops b\n0 1 * * * true\n# END cronops b\n"

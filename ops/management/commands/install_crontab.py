@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from ops import conf
-from ops.schedule.installer import EXIT_CRONTABD, EXIT_WOULD_CHANGE, InstallError, install_crontab
+from ops.schedule.crontab_text import EXIT_CRONTABD, EXIT_WOULD_CHANGE, InstallError
+from ops.schedule.installer import install_crontab
 
 
 class Command(BaseCommand):
