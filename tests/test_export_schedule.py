@@ -22,7 +22,7 @@ from kubernetes_validate import ValidationError
 from kubernetes_validate import validate as k8s_validate
 from kubernetes_validate.utils import all_versions
 
-from ops.schedule import kubernetes
+from ops.schedule import kubernetes, kubernetes_yaml
 from ops.schedule.crontabd import parse_text
 from ops.schedule.kubernetes import ExportError, ExportOptions
 
@@ -62,7 +62,7 @@ def export(directory, options=OPTIONS, time_zone="UTC", databases=POSTGRES) -> l
 
 def parsed(documents: list[dict]) -> list[dict]:
     """What a reader of the printed stream gets (PyYAML, as kubectl would parse it)."""
-    return list(yaml.safe_load_all(kubernetes.yaml_stream(documents)))
+    return list(yaml.safe_load_all(kubernetes_yaml.yaml_stream(documents)))
 
 
 def by_name(documents: list[dict]) -> dict[str, dict]:
@@ -230,7 +230,7 @@ def test_the_yaml_reads_back_exactly_as_the_manifests_were_built(tmp_path):
     documents = every_kind_of_manifest(tmp_path)
     assert parsed(documents) == documents
     weird = {"a": "line\nbreak\ttab \x7f del \u2028 ls \x85 nel \ufeff bom", "b": [[], {}]}
-    assert yaml.safe_load(kubernetes.to_yaml(weird)) == weird
+    assert yaml.safe_load(kubernetes_yaml.to_yaml(weird)) == weird
 
 
 # --- schedules: Kubernetes reads them as Debian does, or they are refused ----------------------
@@ -555,7 +555,7 @@ def run_command(settings, tmp_path, *args) -> str:
 def test_the_command_prints_one_stream_and_its_errors_exit_2(settings, tmp_path):
     settings.DATABASES = POSTGRES
     text = run_command(settings, tmp_path, "--starting-deadline=10m")
-    assert text.startswith(kubernetes.HEADER + "---\n")
+    assert text.startswith(kubernetes_yaml.HEADER + "---\n")
     documents = list(yaml.safe_load_all(text))
     assert [d["metadata"]["name"] for d in documents] == ["charge-daily", "clearsessions"]
     assert documents[0]["spec"]["startingDeadlineSeconds"] == 600

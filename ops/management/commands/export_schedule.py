@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from ops import conf
-from ops.schedule import kubernetes
+from ops.schedule import kubernetes, kubernetes_yaml
 from ops.schedule.durations import parse_duration
 
 EXIT_USAGE = 2
@@ -111,15 +111,15 @@ class Command(BaseCommand):
             )
             if options["output_dir"]:
                 directory = Path(options["output_dir"])
-                written = kubernetes.write_kustomize(documents, directory)
+                written = kubernetes_yaml.write_kustomize(documents, directory)
             else:
-                self.stdout.write(kubernetes.yaml_stream(documents), ending="")
+                self.stdout.write(kubernetes_yaml.yaml_stream(documents), ending="")
                 return
         except (kubernetes.ExportError, conf.SettingError) as exc:
             raise CommandError(str(exc), returncode=EXIT_USAGE) from None
         self.stdout.write(
             self.style.SUCCESS(
                 f"wrote {len(documents)} CronJob{'s' if len(documents) != 1 else ''} and "
-                f"{kubernetes.KUSTOMIZATION} to {directory} ({len(written)} files)"
+                f"{kubernetes_yaml.KUSTOMIZATION} to {directory} ({len(written)} files)"
             )
         )
