@@ -187,7 +187,7 @@ def main():
     from django.test.utils import CaptureQueriesContext
 
     from ops.models import JobRun
-    from ops.monitors import status
+    from ops.monitors import status, status_render
     from ops.schedule.crontabd import load_schedule
 
     total = JobRun.objects.count()
@@ -200,7 +200,7 @@ def main():
         t0 = time.perf_counter()
         schedule = load_schedule()
         report = status.collect(schedule, now=now, tz=tz)
-        json.dumps(status.to_json(report))
+        json.dumps(status_render.to_json(report))
         times.append(time.perf_counter() - t0)
     with CaptureQueriesContext(connection) as queries:
         report = status.collect(load_schedule(), now=now, tz=tz)

@@ -50,7 +50,6 @@ WINDOW = 20  # recent attempts read per job: medians and the failure streak come
 CHUNK = 100  # jobs per statement: 200 compound terms, under SQLite's limit of 500
 MIN_GRACE = 60.0  # healthchecks.io's minimum grace
 DEFAULT_GRACE = 3600.0
-SCHEMA_VERSION = 1
 
 _RUN_FIELDS = (
     "id",
@@ -332,7 +331,7 @@ def _done_slots(due: dict[str, Slot]) -> set[str]:
     return done
 
 
-def _fmt_time(value: dt.datetime, tz: ZoneInfo) -> str:
+def fmt_time(value: dt.datetime, tz: ZoneInfo) -> str:
     return value.astimezone(tz).strftime("%Y-%m-%d %H:%M")
 
 
@@ -448,12 +447,12 @@ def _job_status(
         if _alive(latest, claim, job, now, heartbeat):
             status.state = RUNNING
             status.running_since = latest.started_at
-            status.reason = f"running since {_fmt_time(latest.started_at, tz)} on {latest.host}"
+            status.reason = f"running since {fmt_time(latest.started_at, tz)} on {latest.host}"
             return status
         status.consecutive_failures += 1
         status.state = FAILING
         status.reason = (
-            f"the run started {_fmt_time(latest.started_at, tz)} on {latest.host} "
+            f"the run started {fmt_time(latest.started_at, tz)} on {latest.host} "
             "stopped reporting (process died?)"
         )
         return status
@@ -508,119 +507,3 @@ def collect(
             [(name, declared.get(name)) for name in chunk], now=now, tz=tz, heartbeat=heartbeat
         )
     return report
-
-
-# --- output ---------------------------------------------------------------------------------
-
-
-def _iso(value: dt.datetime | None, tz: ZoneInfo) -> str | None:
-    return value.astimezone(tz).isoformat() if value is not None else None
-
-
-def _run_json(run: JobRun | None, tz: ZoneInfo) -> dict | None:
-    if run is None:
-        return None
-    return {
-        "id": run.pk,
-        "slot": run.slot or None,
-        "logical_date": run.logical_date.isoformat() if run.logical_date else None,
-        "started_at": _iso(run.started_at, tz),
-        "finished_at": _iso(run.finished_at, tz),
-        "outcome": run.outcome,
-        "exit_code": run.exit_code,
-        "duration": run.duration,
-        "lag": run.lag,
-        "host": run.host,
-        "note": run.note,
-    }
-
-
-def to_json(report: Report) -> dict:
-    """The `--json` document (schema in the README; `schema` bumps on incompatible changes)."""
-    tz = report.tz
-    return {
-        "schema": SCHEMA_VERSION,
-        "now": _iso(report.now, tz),
-        "time_zone": str(tz),
-        "healthy": report.healthy,
-        "jobs": [
-            {
-                "job": s.job,
-                "state": s.state,
-                "reason": s.reason,
-                "declared": s.declared,
-                "schedule": s.schedule,
-                "description": s.description,
-                "next_fire": _iso(s.next_fire, tz),
-                "grace_seconds": s.grace,
-                "due_slot": s.due_slot,
-                "last_success": _run_json(s.last_success, tz),
-                "last_run": _run_json(s.last_run, tz),
-                "last_duration": s.last_duration,
-                "median_duration": s.median_duration,
-                "median_of_runs": s.median_runs,
-                "last_lag": s.last_lag,
-                "consecutive_failures": s.consecutive_failures,
-            }
-            for s in report.jobs
-        ],
-    }
-
-
-COLUMNS = (
-    "JOB",
-    "STATE",
-    "SCHEDULE",
-    "NEXT",
-    "LAST SUCCESS",
-    "LAST RUN",
-    "DUR/MED",
-    "LAG",
-    "FAILS",
-)
-
-
-def table_rows(report: Report) -> list[tuple[str, ...]]:
-    tz = report.tz
-    rows: list[tuple[str, ...]] = []
-    for s in report.jobs:
-        success = "-"
-        if s.last_success is not None:
-            success = _fmt_time(s.last_success.started_at, tz)
-            if s.last_success.logical_date:
-                success += f" ({s.last_success.logical_date.isoformat()})"
-        last = "-"
-        if s.last_run is not None:
-            last = s.last_run.outcome.replace("_", " ")
-            if s.last_run.exit_code is not None:
-                last += f" ({s.last_run.exit_code})"
-        duration = "-"
-        if s.last_duration is not None:
-            duration = f"{human_duration(s.last_duration)}/{human_duration(s.median_duration)}"
-        rows.append(
-            (
-                s.job,
-                s.state,
-                s.schedule or "(ad hoc)",
-                _fmt_time(s.next_fire, tz) if s.next_fire else "-",
-                success,
-                last,
-                duration,
-                human_duration(s.last_lag) if s.last_lag is not None else "-",
-                str(s.consecutive_failures),
-            )
-        )
-    return rows
-
-
-def render_table(report: Report) -> str:
-    rows = [COLUMNS, *table_rows(report)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    for s in report.jobs:
-        if s.reason:
-            lines.append(f"{s.job}: {s.state}: {s.reason}")
-    return "\n".join(lines)

@@ -8,7 +8,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from ops import conf
-from ops.monitors import metrics, status
+from ops.monitors import metrics, status, status_render
 from ops.schedule.crontabd import CrontabError, load_schedule
 
 FORMATS = ("table", "json", "prometheus")
@@ -16,10 +16,10 @@ FORMATS = ("table", "json", "prometheus")
 
 def render(report: status.Report, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(status.to_json(report), indent=2) + "\n"
+        return json.dumps(status_render.to_json(report), indent=2) + "\n"
     if fmt == "prometheus":
         return metrics.render(report)
-    return status.render_table(report) + "\n"
+    return status_render.render_table(report) + "\n"
 
 
 class Command(BaseCommand):
