@@ -126,6 +126,37 @@ def _check_options(command: str, args: list[str], parser) -> None:
             raise LogicalDateGiven(command, value)
 
 
+class ArgsChecker:
+    """Checks a job's command arguments with the command's own parser (built once per command,
+    shared with the runner): what the parser refuses, and a --logical-date or --help among them.
+    It is the `check_args` of the crontab.d parser (ops/schedule/crontabd.py): its messages speak
+    of the job's line."""
+
+    def __init__(self):
+        self._seen: dict[tuple, str | None] = {}
+
+    def __call__(self, command: str, args: list[str]) -> str | None:
+        key = (command, *args)
+        if key not in self._seen:
+            self._seen[key] = self._check(command, args)
+        return self._seen[key]
+
+    def _check(self, command: str, args: list[str]) -> str | None:
+        try:
+            check_args(command, args)
+        except LogicalDateGiven as exc:
+            return (
+                f"--logical-date {exc.value} among them: {exc.WHY}; remove it from the line, "
+                "each run gets its slot's date (a past day, by hand: run_job "
+                f"--logical-date={exc.value or 'YYYY-MM-DD'} {command})"
+            )
+        except ParserRefused as exc:
+            return exc.why
+        except ArgsRefused as exc:
+            return str(exc)
+        return None
+
+
 def history_command(name: str, command: str) -> str | None:
     """The other command that made job `name`'s history (its runs, or the runs its slot claims
     point to), or None when every recorded run of `name` ran `command`.

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..run.commandargs import ArgsChecker
 from .options import (
     JOB_NAME,
     JOB_NAME_RULE,
@@ -323,38 +324,6 @@ def _check_env_line(name: str, value: str, path: str, lineno: int, raw: str) -> 
     return value
 
 
-class ArgsChecker:
-    """Checks a job's command arguments with the command's own parser (built once per command,
-    shared with the runner): what the parser refuses, and a --logical-date or --help among them
-    (the runner owns the logical date; see ops/run/commandargs.py)."""
-
-    def __init__(self):
-        self._seen: dict[tuple, str | None] = {}
-
-    def __call__(self, command: str, args: list[str]) -> str | None:
-        key = (command, *args)
-        if key not in self._seen:
-            self._seen[key] = self._check(command, args)
-        return self._seen[key]
-
-    def _check(self, command: str, args: list[str]) -> str | None:
-        from ..run.commandargs import ArgsRefused, LogicalDateGiven, ParserRefused, check_args
-
-        try:
-            check_args(command, args)
-        except LogicalDateGiven as exc:
-            return (
-                f"--logical-date {exc.value} among them: {exc.WHY}; remove it from the line, "
-                "each run gets its slot's date (a past day, by hand: run_job "
-                f"--logical-date={exc.value or 'YYYY-MM-DD'} {command})"
-            )
-        except ParserRefused as exc:
-            return exc.why
-        except ArgsRefused as exc:
-            return str(exc)
-        return None
-
-
 def parse_text(
     text: str,
     path: str,
@@ -364,7 +333,7 @@ def parse_text(
     """Parse one file's text; raise CrontabError for the first problem.
 
     `known_commands`: when given, the command must be one of them. `check_args`: when given,
-    a callable (command, args) -> problem or None (see ArgsChecker).
+    a callable (command, args) -> problem or None (see ops/run/commandargs.py, ArgsChecker).
     """
     known = set(known_commands) if known_commands is not None else None
     schedule = Schedule(files=[path])
