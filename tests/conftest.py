@@ -53,6 +53,18 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.inprocess_db)
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, tmp_path_factory):
+    """Django's SQLite test database in a file, not in memory: run_job forks its job, and a
+    child process sees a file (what its parent committed), never a copy of an in-memory one."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        path = tmp_path_factory.mktemp("django-db") / "test.sqlite3"
+        database.setdefault("TEST", {})["NAME"] = str(path)
+
+
 def untracked_ignore():
     """A copytree `ignore=` for what a git checkout of REPO would not have: .git and what
     .gitignore lists (the suite writes caches into REPO; a copy must not carry them)."""

@@ -6,6 +6,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from .test_runner import wait_for_line
 
 # The job shells out as pg_dump or rsync would: a shell that sleeps, then writes "end".
@@ -13,7 +15,10 @@ SHELLS_OUT = """
 import subprocess
 ledger = os.environ["LEDGER"]
 script = 'echo "start $$" >> "$LEDGER"; sleep "$CHILD_SLEEP"; echo "end $$" >> "$LEDGER"'
-child = subprocess.Popen(["sh", "-c", script], env={**os.environ, "LEDGER": ledger})
+own_group = bool(os.environ.get("OWN_GROUP"))  # out of the job's process group (setsid)
+child = subprocess.Popen(
+    ["sh", "-c", script], env={**os.environ, "LEDGER": ledger}, start_new_session=own_group
+)
 print("working", flush=True)
 child.wait()
 """
@@ -56,11 +61,14 @@ def setup(project) -> dict:
     return {"LEDGER": str(project.dir / "ledger"), "CHILD_SLEEP": "30"}
 
 
+@pytest.mark.parametrize("own_group", [False, True], ids=["in the job's group", "setsid"])
 def test_a_timeout_ends_the_jobs_child_processes_before_the_rerun_runs_the_slot_once(
-    sqlite_project,
+    sqlite_project, own_group
 ):
+    """The timeout's SIGTERM goes to the job's process group, which its shell is in; a child
+    that left the group (setsid) is found below run_job and ended before the record."""
     project = sqlite_project
-    env = setup(project)
+    env = {**setup(project), **({"OWN_GROUP": "1"} if own_group else {})}
     args = ("--no-ping", "--logical-date=2026-11-25")
     first = project.run_job("--timeout=1s", *args, "t_shell", env=env)
     assert first.returncode == 124, first.stdout + first.stderr
@@ -68,7 +76,10 @@ def test_a_timeout_ends_the_jobs_child_processes_before_the_rerun_runs_the_slot_
     # The shell and its sleep are gone: no "end" can ever reach the ledger.
     assert carrying(run_id) == []
     assert not Path(f"/proc/{started_pids(project)[0]}").exists()
-    assert "ended 2 leftover processes of the command" in first.stderr
+    if own_group:
+        assert "ended 2 leftover processes of the command: sh" in first.stderr
+    else:
+        assert "leftover" not in first.stderr  # the group's SIGTERM reached them
 
     second = project.run_job(*args, "t_shell", env={**env, "CHILD_SLEEP": "0"})
     assert second.returncode == 0, second.stdout + second.stderr

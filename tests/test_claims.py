@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ops.run import process
+from ops.run.descendants import descendants
 
 from .conftest import PING_KEY, Project, copy_tree, require
 from .test_runner import kill_a_scheduled_run_mid_command, ping_to, wait_for_line
@@ -179,8 +180,11 @@ def test_a_run_whose_claim_was_taken_over_never_writes_onto_it(pg_project, tmp_p
     wait_for_line(old, "working")
     # The old holder's machine freezes (a suspended VM), seen from another machine: its
     # heartbeat goes stale and a run there takes the slot over.
-    old.send_signal(signal.SIGSTOP)
-    frozen(old.pid, project.db)
+    machine = [old.pid, *descendants(old.pid)]  # run_job and its job
+    for pid in machine:
+        os.kill(pid, signal.SIGSTOP)
+    for pid in machine:
+        frozen(pid, project.db)
     project.db.execute(
         "UPDATE ops_slotclaim SET holder_boot_id = 'another-machine', "
         "heartbeat_at = heartbeat_at - interval '10 minutes'"
@@ -190,7 +194,8 @@ def test_a_run_whose_claim_was_taken_over_never_writes_onto_it(pg_project, tmp_p
     new = other.run_job("t_wait")
     assert new.returncode == 0, new.stdout + new.stderr
     assert "recorded the dead attempt" in new.stderr
-    old.send_signal(signal.SIGCONT)  # it wakes up, still inside its command
+    for pid in machine:
+        os.kill(pid, signal.SIGCONT)  # it wakes up, still inside its command
     lost = read_stderr_until(old, "was taken over by run #")
     _, err = old.communicate(timeout=60)
     # Its next heartbeat finds the claim gone: it stops the job (as a timeout would), exits

@@ -110,8 +110,9 @@ def test_the_projects_own_crontab_d_becomes_one_cronjob_per_job_field_by_field()
     assert spec["jobTemplate"]["metadata"]["labels"] == labels
     job_spec = spec["jobTemplate"]["spec"]
     assert job_spec["backoffLimit"] == 0
-    # --timeout=30m for the current slot and each of --catch-up=3 earlier ones, plus 5m
-    assert job_spec["activeDeadlineSeconds"] == 4 * 30 * 60 + 300
+    # --timeout=30m and --kill-after's 10 s for the current slot and each of --catch-up=3
+    # earlier ones, plus 5m
+    assert job_spec["activeDeadlineSeconds"] == 4 * (30 * 60 + 10) + 300
     pod = job_spec["template"]
     assert pod["metadata"]["labels"] == labels
     assert pod["spec"]["restartPolicy"] == "Never"
@@ -133,7 +134,7 @@ def test_the_projects_own_crontab_d_becomes_one_cronjob_per_job_field_by_field()
     sessions = jobs["clear-sessions"]
     assert sessions["spec"]["schedule"] == "@daily"
     assert sessions["metadata"]["labels"]["cronops/job"] == "clear-sessions"
-    assert sessions["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 10 * 60 + 300
+    assert sessions["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 10 * 60 + 10 + 300
     command = sessions["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     # run_job by job name: the image's crontab.d supplies --timeout and the command itself
     assert command["command"] == ["python", "manage.py", "run_job", "clear-sessions"]
@@ -141,7 +142,7 @@ def test_the_projects_own_crontab_d_becomes_one_cronjob_per_job_field_by_field()
     prune = jobs["prune-runs"]
     assert prune["spec"]["schedule"] == "30 4 * * *"
     assert prune["metadata"]["annotations"]["cronops/source"] == "95-cronops.cron:3"
-    assert prune["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 30 * 60 + 300
+    assert prune["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 30 * 60 + 10 + 300
 
 
 def test_options_reach_their_fields_and_resources_only_when_given(tmp_path):
@@ -763,10 +764,15 @@ def test_a_job_that_stands_by_gets_its_standby_bound_added_to_the_deadline(tmp_p
         d["metadata"]["name"]: d["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"]
         for d in export(directory)
     }
-    assert deadlines == {"a": 600 + 90 + 600 + 300, "b": 300 + 600 + 300, "c": 600 + 300}
+    # the standby's bound (--timeout plus 3 heartbeats, or its own), then --timeout + --kill-after
+    assert deadlines == {
+        "a": 600 + 90 + 610 + 300,
+        "b": 300 + 610 + 300,
+        "c": 610 + 300,
+    }
     settings.OPS_STANDBY = "on"  # the pods' settings: every job stands by
     assert export(directory)[2]["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == (
-        600 + 90 + 600 + 300
+        600 + 90 + 610 + 300
     )
     settings.OPS_STANDBY = "perhaps"
     with pytest.raises(ExportError, match="OPS_STANDBY: 'perhaps'"):

@@ -1,8 +1,10 @@
-"""Issue 9's invariant as a property: hypothesis drives the real runner in-process, against the
-test database (SQLite, and PostgreSQL in `make test`), with random sequences of scheduled runs
-at random clock times around Berlin's repeated autumn hour, by-hand runs with random option
-spellings and positions, --force, --name, schedule edits, catch-up values, failing commands and
-runs killed between claim and record. After every step:
+"""Issue 9's invariant as a property: hypothesis drives the real runner from this process (its
+jobs run in forked children, as always), against the test database (SQLite, and PostgreSQL in
+`make test`), with random sequences of scheduled runs at random clock times around Berlin's
+repeated autumn hour, by-hand runs with random option spellings and positions, --force,
+--name, schedule edits, catch-up values, failing commands and runs killed between claim and
+record (the job's child dies as if SIGKILLed, and run_job with it: nothing is recorded). After
+every step:
 
 - every succeeded claim was executed by a command that received its logical date, under that
   claim (its slot and fencing version);
@@ -17,12 +19,14 @@ CRONOPS_PROPERTY_EXAMPLES enlarges the run (bench/faults/f8_property.py: `make f
 BENCH_ARGS=--only=F8`); CRONOPS_PROPERTY_STATS names a file that receives the counts explored.
 """
 
+import dataclasses
 import datetime as dt
 import io
 import json
 import os
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import time_machine
@@ -64,7 +68,7 @@ DAYS = [dt.date(2026, 10, d) for d in (22, 23, 24, 25, 26, 27)]  # 27: often in 
 
 
 class Crash(BaseException):
-    """The process dies inside the command: nothing after it runs (no record, no release)."""
+    """run_job dies with its job: nothing after the job's end runs (no record, no release)."""
 
 
 @dataclass
@@ -80,17 +84,44 @@ class Execution:
 
 @dataclass
 class World:
-    """What the job's command saw, and what the next run of it is told to do."""
+    """What the job's command saw, and what the next run of it is told to do. The command runs
+    in a child process: it writes what it saw to `ledger` (JSON lines), and reads the rest from
+    the copy of this object its fork inherited."""
 
     executions: list[Execution] = field(default_factory=list)
+    ledger: Path = Path()
     forced: bool = False
     fail: bool = False
     crash_at: int | None = None  # crash in the n-th execution of this call (0-based)
-    in_call: int = 0
+    call_start: int = 0  # executions in the ledger before this call
     stats: dict = field(default_factory=dict)
 
 
 WORLD = World()
+
+
+def ledger() -> list[dict]:
+    if not WORLD.ledger.exists():
+        return []
+    return [json.loads(line) for line in WORLD.ledger.read_text().splitlines()]
+
+
+def note(entry: dict) -> None:
+    with WORLD.ledger.open("a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def executions() -> list[Execution]:
+    """The ledger as executions: a start, then its completion or crash."""
+    found: list[Execution] = []
+    for entry in ledger():
+        if entry["event"] == "start":
+            found.append(Execution(**entry["execution"]))
+        elif entry["event"] == "completed":
+            found[-1].completed = True
+        elif entry["event"] == "crashed":
+            found[-1].crashed = True
+    return found
 
 
 class RecordDates(BaseCommand):
@@ -108,14 +139,26 @@ class RecordDates(BaseCommand):
             received=logical_date,
             forced=WORLD.forced,
         )
-        WORLD.executions.append(entry)
-        n, WORLD.in_call = WORLD.in_call, WORLD.in_call + 1
+        n = len(executions()) - WORLD.call_start
+        note({"event": "start", "execution": dataclasses.asdict(entry)})
         if WORLD.crash_at == n:
-            entry.crashed = True
-            raise Crash
+            note({"event": "crashed"})
+            os._exit(137)  # as if SIGKILLed; run_job goes too (see conclude_unless_crashed)
         if WORLD.fail:
             raise CommandError("the job failed")
-        entry.completed = True
+        note({"event": "completed"})
+
+
+def conclude_unless_crashed(conclude):
+    """Runner.conclude, unless the job that just ended crashed: then run_job dies with it."""
+
+    def concluding(self, *args, **kwargs):
+        found = ledger()
+        if found and found[-1]["event"] == "crashed":
+            raise Crash
+        return conclude(self, *args, **kwargs)
+
+    return concluding
 
 
 def dead_holder() -> process.Identity:
@@ -161,6 +204,7 @@ def make_machine(cron_dir, dead: process.Identity):
             super().__init__()
             SlotClaim.objects.all().delete()
             JobRun.objects.all().delete()
+            WORLD.ledger.unlink(missing_ok=True)
             WORLD.executions.clear()
             WORLD.stats["examples"] += 1
             self.expr, self.catch_up = SCHEDULES[0], 0
@@ -173,8 +217,8 @@ def make_machine(cron_dir, dead: process.Identity):
             (cron_dir / "job.cron").write_text(f"{self.expr}{extra} {COMMAND}\n")
 
         def run(self, argv, now, *, forced=False, fail=False, crash_at=None):
-            WORLD.forced, WORLD.fail, WORLD.crash_at, WORLD.in_call = forced, fail, crash_at, 0
-            before = len(WORLD.executions)
+            WORLD.forced, WORLD.fail, WORLD.crash_at = forced, fail, crash_at
+            before = WORLD.call_start = len(WORLD.executions)
             out = io.StringIO()
             crashed = False
             with time_machine.travel(now, tick=False):
@@ -182,6 +226,7 @@ def make_machine(cron_dir, dead: process.Identity):
                     code = runner.run(list(argv), stdout=out, stderr=out)
                 except Crash:
                     crashed, code = True, None
+            WORLD.executions[:] = executions()
             WORLD.stats["runs"] += 1
             WORLD.stats["steps"] += 1
             outcome = "crash" if crashed else f"exit {code}"
@@ -301,7 +346,10 @@ def explore(settings, tmp_path) -> dict:
     settings.OPS_CRONTAB_DIR.mkdir()
     commands = get_commands()
     commands[COMMAND] = RecordDates()
+    WORLD.ledger = tmp_path / "executions.jsonl"
     WORLD.stats = {"examples": 0, "steps": 0, "runs": 0, "executions": 0, "outcomes": {}}
+    conclude = runner.Runner.conclude
+    runner.Runner.conclude = conclude_unless_crashed(conclude)  # type: ignore[method-assign]
     try:
         machine = make_machine(settings.OPS_CRONTAB_DIR, dead_holder())
         run_state_machine_as_test(
@@ -317,6 +365,7 @@ def explore(settings, tmp_path) -> dict:
             ),
         )
     finally:
+        runner.Runner.conclude = conclude  # type: ignore[method-assign]
         del commands[COMMAND]
     stats = dict(WORLD.stats)
     if os.environ.get("CRONOPS_PROPERTY_STATS"):
@@ -326,7 +375,7 @@ def explore(settings, tmp_path) -> dict:
 
 
 def test_no_slot_runs_twice_and_every_success_was_served_whatever_the_sequence(
-    db, settings, tmp_path
+    transactional_db, settings, tmp_path
 ):
     stats = explore(settings, tmp_path)
     print(stats)

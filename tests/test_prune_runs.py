@@ -111,7 +111,7 @@ def test_dry_run_counts_the_claims_too():
     assert SlotClaim.objects.count() == 4
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # run_job's job sees only what was committed
 def test_catch_up_after_a_prune_runs_no_pruned_day_again(settings, tmp_path):
     from ops.run import runner
 

@@ -1,4 +1,6 @@
-"""The runner in-process with a fake clock: logical dates on DST days, end to end through the DB."""
+"""The runner called in-process with a fake clock: logical dates on DST days, end to end through
+the database. run_job forks its job from this process (the test's clock travels along), so the
+tests use committed data (`transactional_db`): the job's child sees what its parent wrote."""
 
 import datetime as dt
 from zoneinfo import ZoneInfo
@@ -10,6 +12,7 @@ from django.core.management import CommandError, call_command
 from commands.models import DailyCharge
 from ops.models import JobRun, SlotClaim
 from ops.run import runner
+from ops.run.plan import plan_slots, resolve
 
 
 def run_at(instant: str, *argv: str) -> int:
@@ -18,7 +21,7 @@ def run_at(instant: str, *argv: str) -> int:
 
 
 def test_the_billing_charges_the_moscow_date_when_cron_fires_at_0030_moscow_time(
-    db, settings, tmp_path
+    transactional_db, settings, tmp_path
 ):
     settings.TIME_ZONE = "Europe/Moscow"
     settings.OPS_LOCK_DIR = tmp_path / "lock"
@@ -41,7 +44,9 @@ def outcomes() -> list[tuple[str, str, str]]:
     return list(JobRun.objects.order_by("id").values_list("slot", "outcome", "note"))
 
 
-def test_a_wildcard_job_runs_at_both_0230s_of_the_repeated_autumn_hour(db, settings, tmp_path):
+def test_a_wildcard_job_runs_at_both_0230s_of_the_repeated_autumn_hour(
+    transactional_db, settings, tmp_path
+):
     berlin(settings, tmp_path, "*/30 * * * * sleep_demo --seconds=0\n")
     # cron fires the wildcard job at 02:30 CEST and again, an hour later, at 02:30 CET.
     assert run_at("2026-10-25T02:30:02+02:00", "sleep_demo") == 0
@@ -54,7 +59,9 @@ def test_a_wildcard_job_runs_at_both_0230s_of_the_repeated_autumn_hour(db, setti
     ]
 
 
-def test_a_fixed_time_job_run_by_hand_in_the_second_0230_finds_it_done(db, settings, tmp_path):
+def test_a_fixed_time_job_run_by_hand_in_the_second_0230_finds_it_done(
+    transactional_db, settings, tmp_path
+):
     berlin(settings, tmp_path, "30 2 * * * sleep_demo --seconds=0\n")
     assert run_at("2026-10-25T02:30:02+02:00", "sleep_demo") == 0
     # cron does not fire it again in the repeated hour; an operator running it by hand then
@@ -66,7 +73,7 @@ def test_a_fixed_time_job_run_by_hand_in_the_second_0230_finds_it_done(db, setti
     ]
 
 
-def test_a_clock_stepped_back_does_not_run_a_slot_again(db, settings, tmp_path):
+def test_a_clock_stepped_back_does_not_run_a_slot_again(transactional_db, settings, tmp_path):
     berlin(settings, tmp_path, "*/15 * * * * sleep_demo --seconds=0\n")
     assert run_at("2026-06-10T02:15:03+02:00", "sleep_demo") == 0
     assert run_at("2026-06-10T03:00:03+02:00", "sleep_demo") == 0
@@ -75,7 +82,9 @@ def test_a_clock_stepped_back_does_not_run_a_slot_again(db, settings, tmp_path):
     assert [o for _, o, _ in outcomes()] == ["succeeded", "succeeded", "skipped"]
 
 
-def test_the_skipped_spring_hour_still_runs_the_0230_job_once_that_day(db, settings, tmp_path):
+def test_the_skipped_spring_hour_still_runs_the_0230_job_once_that_day(
+    transactional_db, settings, tmp_path
+):
     berlin(settings, tmp_path, "30 2 * * * sleep_demo --seconds=0\n")
     assert run_at("2026-03-29T03:00:03+02:00", "sleep_demo") == 0  # cron runs it after the jump
     assert run_at("2026-03-29T09:00:00+02:00", "sleep_demo") == 0  # a manual re-run: no-op
@@ -84,7 +93,7 @@ def test_the_skipped_spring_hour_still_runs_the_0230_job_once_that_day(db, setti
     assert JobRun.objects.filter(outcome="skipped").count() == 1
 
 
-def test_catch_up_after_three_missed_days_with_a_fake_clock(db, settings, tmp_path):
+def test_catch_up_after_three_missed_days_with_a_fake_clock(transactional_db, settings, tmp_path):
     settings.TIME_ZONE = "Europe/Moscow"
     settings.OPS_LOCK_DIR = tmp_path / "lock"
     settings.OPS_CRONTAB_DIR = tmp_path
@@ -98,7 +107,7 @@ def test_catch_up_after_three_missed_days_with_a_fake_clock(db, settings, tmp_pa
     assert DailyCharge.objects.count() == 15
 
 
-def test_run_job_works_through_call_command_too(db, settings, tmp_path):
+def test_run_job_works_through_call_command_too(transactional_db, settings, tmp_path):
     settings.OPS_LOCK_DIR = tmp_path / "lock"
     settings.OPS_CRONTAB_DIR = tmp_path
     call_command("run_job", "--timeout=90s", "sleep_demo")
@@ -107,7 +116,7 @@ def test_run_job_works_through_call_command_too(db, settings, tmp_path):
 
 
 def test_call_command_passes_the_commands_own_arguments_and_refuses_a_logical_date_there(
-    db, settings, tmp_path
+    transactional_db, settings, tmp_path
 ):
     """call_command() hands run_job the command's arguments as *args, not as options["args"]:
     they were dropped (sleep_demo slept its default 3 s; charge_daily's own --logical-date was
@@ -124,7 +133,7 @@ def test_call_command_passes_the_commands_own_arguments_and_refuses_a_logical_da
     assert not DailyCharge.objects.exists()
 
 
-def test_a_schedule_edit_from_0300_to_0400_runs_no_day_again(db, settings, tmp_path):
+def test_a_schedule_edit_from_0300_to_0400_runs_no_day_again(transactional_db, settings, tmp_path):
     """Issue 9, item 6: every day had been served at 03:00; after the edit to 04:00 the next
     run executed four slots (three days of catch-up and today)."""
     berlin(settings, tmp_path, "0 3 * * * --catch-up=3 sleep_demo --seconds=0\n")
@@ -145,7 +154,9 @@ def test_a_schedule_edit_from_0300_to_0400_runs_no_day_again(db, settings, tmp_p
     assert runs[5] == ("2026-11-29", "skipped", "already done for 2026-11-29")
 
 
-def test_catch_up_never_runs_a_slot_older_than_the_latest_success(db, settings, tmp_path):
+def test_catch_up_never_runs_a_slot_older_than_the_latest_success(
+    transactional_db, settings, tmp_path
+):
     berlin(settings, tmp_path, "0 */6 * * * --catch-up=4 sleep_demo --seconds=0\n")
     assert run_at("2026-11-28T00:00:05+01:00", "sleep_demo") == 0
     # 06:00 never ran (the host was down); 12:00 ran. A by-hand run of an old date succeeds
@@ -165,7 +176,7 @@ def test_catch_up_never_runs_a_slot_older_than_the_latest_success(db, settings, 
 
 
 def test_a_failed_slot_older_than_the_latest_success_is_left_to_a_run_by_hand(
-    db, settings, tmp_path
+    transactional_db, settings, tmp_path
 ):
     settings.OPS_LOCK_DIR = tmp_path / "lock"
     settings.OPS_CRONTAB_DIR = tmp_path
@@ -186,7 +197,7 @@ def test_a_failed_slot_older_than_the_latest_success_is_left_to_a_run_by_hand(
     assert SlotClaim.objects.get(slot="2026-11-26").state == "succeeded"
 
 
-def test_a_yearly_job_with_catch_up_100_never_crashes(db, settings, tmp_path):
+def test_a_yearly_job_with_catch_up_100_never_crashes(transactional_db, settings, tmp_path):
     settings.OPS_LOCK_DIR = tmp_path / "lock"
     settings.OPS_CRONTAB_DIR = tmp_path
     (tmp_path / "t.cron").write_text("@yearly --catch-up=100 sleep_demo --seconds=0\n")
@@ -199,7 +210,7 @@ def test_a_yearly_job_with_catch_up_100_never_crashes(db, settings, tmp_path):
 
 
 def test_planning_a_far_catch_up_stops_at_the_first_claim_instead_of_raising(
-    db, settings, tmp_path
+    transactional_db, settings, tmp_path
 ):
     """`@yearly --catch-up=5000` crashed every run with OverflowError (year < 1) before the
     runner recorded anything; the walk back now stops at the job's first claim."""
@@ -207,44 +218,43 @@ def test_planning_a_far_catch_up_stops_at_the_first_claim_instead_of_raising(
     settings.OPS_CRONTAB_DIR = tmp_path
     (tmp_path / "t.cron").write_text("@yearly sleep_demo --seconds=0\n")
     assert run_at("2025-01-01T00:00:05+00:00", "sleep_demo") == 0
-    plan = runner.resolve(["sleep_demo"])
+    plan = resolve(["sleep_demo"])
     plan.options.catch_up = 5000  # past any documented maximum: the maths must hold anyway
     now = dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
-    slots = runner.plan_slots(plan, now, ZoneInfo("UTC"))
+    slots = plan_slots(plan, now, ZoneInfo("UTC"))
     assert [s.key for s in slots] == ["2026-01-01"]
 
 
-def test_the_claim_enters_and_leaves_the_environment_while_no_thread_of_the_run_is_alive(
-    db, settings, tmp_path, httpserver, monkeypatch
+def test_the_claim_is_in_the_jobs_environment_and_never_in_run_jobs_own(
+    transactional_db, settings, tmp_path
 ):
-    """Adding a variable moves glibc's environ array; a thread's getenv (the start ping's
-    getaddrinfo, libpq's connect in the heartbeat) read the freed one, and run_job died with
-    SIGSEGV (CI, Python 3.13, `segfault ... in libc.so.6` at getenv+157)."""
+    """The claim's OPS_* variables are written in the job's child process, where no thread of
+    run_job runs: adding them while a ping's getaddrinfo read the environment once crashed
+    run_job (SIGSEGV in glibc's getenv, CI, Python 3.13)."""
     import os
-    import threading
 
-    httpserver.expect_request("").respond_with_data("OK")
-    settings.HEALTHCHECKS_PING_URL = httpserver.url_for("/")
-    settings.HEALTHCHECKS_PING_KEY = "k" * 22
     settings.OPS_LOCK_DIR = tmp_path / "lock"
     settings.OPS_CRONTAB_DIR = tmp_path
-    (tmp_path / "t.cron").write_text("* * * * * --catch-up=2 sleep_demo --seconds=0\n")
-    before = set(threading.enumerate())
-    changes = []
+    names = "OPS_JOB OPS_SLOT OPS_CLAIM_VERSION OPS_RUN_ID".split()
+    code = f"import os; print(' '.join(n + '=' + os.environ[n] for n in {names!r}))"
+    (tmp_path / "t.cron").write_text(f'0 9 * * * --name=env-probe shell -c "{code}"\n')
+    assert run_at("2026-11-29T09:00:05+00:00", "env-probe") == 0
+    run = JobRun.objects.get()
+    assert f"OPS_JOB=env-probe OPS_SLOT=2026-11-29 OPS_CLAIM_VERSION=1 OPS_RUN_ID={run.pk}" in (
+        run.output_tail
+    )
+    assert not [name for name in os.environ if name in names]
 
-    def watched(real):
-        def change(key, *value):
-            if key.startswith(b"OPS_"):
-                alive = set(threading.enumerate()) - before
-                changes.append((key, sorted(t.name for t in alive if t.name != "cronops-nudger")))
-            return real(key, *value)
 
-        return change
+def test_call_command_inside_a_transaction_is_refused_before_anything_is_claimed(
+    transactional_db, settings, tmp_path, capsys
+):
+    from django.db import transaction
 
-    monkeypatch.setattr(os, "putenv", watched(os.putenv))
-    monkeypatch.setattr(os, "unsetenv", watched(os.unsetenv))
-    assert run_at("2026-11-29T09:00:05+00:00", "sleep_demo") == 0
-    assert run_at("2026-11-29T09:03:05+00:00", "sleep_demo") == 0  # two caught up, then 09:03
-    assert len(JobRun.objects.filter(outcome="succeeded")) == 4
-    assert len(changes) >= 4 * 4 and len(httpserver.log) >= 4
-    assert [c for c in changes if c[1]] == []
+    settings.OPS_LOCK_DIR = tmp_path / "lock"
+    settings.OPS_CRONTAB_DIR = tmp_path
+    with transaction.atomic(), pytest.raises(CommandError) as refused:
+        call_command("run_job", "sleep_demo", "--seconds=0")
+    assert refused.value.returncode == 2
+    assert "run_job cannot run inside transaction.atomic()" in capsys.readouterr().err
+    assert not JobRun.objects.exists()

@@ -70,7 +70,7 @@ def hold(job: str, key: str, at: str, *, heartbeat: float = 30.0, seen: str | No
 
 
 def test_a_once_a_day_slot_is_not_run_again_under_its_wall_clock_key_after_an_edit(
-    db, settings, tmp_path
+    transactional_db, settings, tmp_path
 ):
     use(settings, tmp_path, "0 3 * * * --name=editjob sleep_demo --seconds=0\n")
     assert run_at("2026-12-01T03:00:05+00:00", "editjob") == 0
@@ -85,7 +85,9 @@ def test_a_once_a_day_slot_is_not_run_again_under_its_wall_clock_key_after_an_ed
 
 
 @pytest.mark.parametrize("tz", ["Europe/Berlin", "Asia/Kolkata"])
-def test_the_same_instant_under_another_time_zone_is_already_done(db, settings, tmp_path, tz):
+def test_the_same_instant_under_another_time_zone_is_already_done(
+    transactional_db, settings, tmp_path, tz
+):
     use(settings, tmp_path, "*/15 * * * * sleep_demo --seconds=0\n")
     assert run_at("2026-12-01T11:00:05+00:00", "sleep_demo") == 0
     settings.TIME_ZONE = tz
@@ -106,7 +108,7 @@ def test_the_same_instant_under_another_time_zone_is_already_done(db, settings, 
     ],
 )
 def test_a_live_holder_of_the_same_instant_under_another_key_makes_the_slot_busy(
-    db, settings, tmp_path, held, cron
+    transactional_db, settings, tmp_path, held, cron
 ):
     use(settings, tmp_path, cron)
     hold("editjob", held, "2026-12-01T03:00:00+00:00", seen="2026-12-01T03:00:04+00:00")
@@ -116,7 +118,7 @@ def test_a_live_holder_of_the_same_instant_under_another_key_makes_the_slot_busy
 
 
 def test_a_day_served_several_times_is_busy_for_a_once_a_day_slot_while_one_still_runs(
-    db, settings, tmp_path
+    transactional_db, settings, tmp_path
 ):
     """Several a day → once a day: a running claim of that date (not only a success) counts."""
     use(settings, tmp_path, "0 4 * * * --name=editjob sleep_demo --seconds=0\n")
@@ -127,7 +129,7 @@ def test_a_day_served_several_times_is_busy_for_a_once_a_day_slot_while_one_stil
 
 
 def test_a_dead_holder_under_another_key_is_recorded_abandoned_and_the_slot_runs(
-    db, settings, tmp_path
+    transactional_db, settings, tmp_path
 ):
     use(settings, tmp_path, "*/15 * * * * sleep_demo --seconds=0\n", tz="Asia/Kolkata")
     hold("sleep_demo", "2026-12-01 11:00+00:00", "2026-12-01T11:00:00+00:00", heartbeat=1)
@@ -136,7 +138,9 @@ def test_a_dead_holder_under_another_key_is_recorded_abandoned_and_the_slot_runs
     assert states == {"2026-12-01 11:00+00:00": "abandoned", "2026-12-01 16:30+05:30": "succeeded"}
 
 
-def test_catch_up_counts_a_slot_done_at_the_same_instant_under_another_key(db, settings, tmp_path):
+def test_catch_up_counts_a_slot_done_at_the_same_instant_under_another_key(
+    transactional_db, settings, tmp_path
+):
     use(settings, tmp_path, "*/15 * * * * --catch-up=2 sleep_demo --seconds=0\n")
     assert run_at("2026-12-01T10:30:05+00:00", "sleep_demo") == 0
     assert run_at("2026-12-01T10:45:05+00:00", "sleep_demo") == 0
@@ -175,7 +179,7 @@ def test_a_holder_is_judged_stale_by_its_own_heartbeat_interval_not_the_judges(d
 
 
 def test_a_run_with_a_short_heartbeat_setting_leaves_a_slow_heartbeating_holder_alone(
-    db, settings, tmp_path
+    transactional_db, settings, tmp_path
 ):
     use(settings, tmp_path, "*/15 * * * * sleep_demo --seconds=0\n")
     settings.OPS_HEARTBEAT_SECONDS = 1

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from ops.run.descendants import descendants
+
 from .conftest import Project, base_env, copy_tree, require
 from .netns import Network, available, inner_pid
 from .test_runner import wait_for_line
@@ -108,6 +110,12 @@ def servers(pg_project, tmp_path, request):
         server.kill()
 
 
+def freeze(pid: int, sig: int) -> None:
+    """SIGSTOP or SIGCONT to a whole machine's run: run_job and the job it forked."""
+    for target in [pid, *descendants(pid)]:
+        os.kill(target, sig)
+
+
 def executions(servers) -> list[str]:
     ran = servers[0].ran
     return ran.read_text().split() if ran.exists() else []
@@ -196,13 +204,13 @@ def test_a_frozen_holder_resumed_after_the_takeover_records_taken_over(servers):
     first.hold()
     first.start()
     holding(servers, db)
-    os.kill(first.pid, signal.SIGSTOP)  # a suspended VM, a stalled hypervisor
+    freeze(first.pid, signal.SIGSTOP)  # a suspended VM, a stalled hypervisor: run_job and its job
     standbys = [s.start() for s in servers[1:]]
     results = {s.name: s.wait() for s in standbys}
     assert [code for code, _, _ in results.values()] == [0, 0], results
     taker = executions(servers)[1]
     assert claim(db) == ("succeeded", 2, taker)
-    os.kill(first.pid, signal.SIGCONT)
+    freeze(first.pid, signal.SIGCONT)
     code, out, err = first.wait()
     assert code == 75, out + err
     said = [line for line in err.splitlines() if "was taken over" in line]
@@ -214,7 +222,7 @@ def test_a_frozen_holder_resumed_after_the_takeover_records_taken_over(servers):
     [(note, exit_code)] = db.query(
         "SELECT note, exit_code FROM ops_jobrun WHERE outcome = 'taken_over'"
     )
-    assert exit_code == 75 and "the job was interrupted" in note
+    assert exit_code == 75 and "the job was stopped" in note
 
 
 def test_a_holder_cut_off_from_the_database_is_taken_over_and_finds_out_when_the_link_returns(

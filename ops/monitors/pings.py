@@ -22,14 +22,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..run.output import (
-    hold_standard_fds,
-    socket_above_standard_fds,
-    truncation_notice,
-    utf8_end,
-    utf8_start,
-)
-from ..run.threads import start as start_thread
+from ..run.output import truncation_notice, utf8_end, utf8_start
 
 log = logging.getLogger("ops.healthchecks")
 
@@ -152,7 +145,7 @@ class Pinger:
             daemon=True,
             name="cronops-start-ping",
         )
-        start_thread(self._start_thread)
+        self._start_thread.start()
 
     def finish(
         self,
@@ -362,7 +355,7 @@ def resolve(host: str, port: int, timeout: float) -> list[tuple]:
             result["error"] = exc
 
     thread = threading.Thread(target=lookup, daemon=True, name="cronops-resolve")
-    start_thread(thread)
+    thread.start()
     thread.join(max(0.0, timeout))
     if thread.is_alive():
         raise ResolveTimeout("name resolution timed out")
@@ -383,14 +376,13 @@ def connection(parts: urllib.parse.SplitResult, timeout: float, deadline: float)
 
     def create_connection(address, timeout=None, source_address=None):
         host, port = address
-        hold_standard_fds()  # the resolver's own descriptors must not take fd 1 or 2 either
         addresses = resolve(host, port, deadline - time.monotonic())
         error: OSError = TimeoutError("no time left to connect")
         for family, kind, proto, _, sockaddr in addresses:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            sock = socket_above_standard_fds(family, kind, proto)
+            sock = socket.socket(family, kind, proto)
             sock.settimeout(min(timeout or left, left))
             try:
                 sock.connect(sockaddr)

@@ -19,15 +19,13 @@ state are written only while (run, version) still match, so a run whose claim wa
 never writes onto the new holder's. A run carries the version it holds as `run.claim_version`.
 
 A running job can ask whether it still holds its claim: `current_claim()` (in the job's own
-process; its child processes find the same in OPS_JOB, OPS_SLOT, OPS_CLAIM_VERSION and
-OPS_RUN_ID) and `HeldClaim.still_held()`.
+process, run_job's forked child; the processes it starts find the same in OPS_JOB, OPS_SLOT,
+OPS_CLAIM_VERSION and OPS_RUN_ID) and `HeldClaim.still_held()`.
 """
 
 import datetime as dt
 import hashlib
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
@@ -52,6 +50,18 @@ class ClaimResult:
     abandoned: JobRun | None = None
     version: int | None = None
     survivor: descendants.Proc | None = None  # busy: the dead holder's child that still runs
+
+    @property
+    def found(self) -> SlotClaim:
+        """The claim that made it "done" or "busy" (those always carry it)."""
+        assert self.holder is not None, f"a {self.status!r} claim result has no holder"
+        return self.holder
+
+    @property
+    def taken(self) -> JobRun:
+        """The run that holds the claim now ("claimed" always carries it)."""
+        assert self.run is not None, f"a {self.status!r} claim result has no run"
+        return self.run
 
 
 def new_run(
@@ -424,33 +434,24 @@ def current_claim() -> HeldClaim | None:
         return None
 
 
-@contextmanager
-def holding(run: JobRun) -> Iterator[HeldClaim | None]:
-    """While the run runs: its claim for current_claim(), and in the environment for the
-    command's child processes. A run without a slot clears them (a parent run_job's must not
-    leak in). Entered before the run starts a thread that reads the environment (the pings, the
-    heartbeat) and left after them (see the runner)."""
-    global _current
-    held = None
+def held_claim(run: JobRun) -> HeldClaim | None:
+    """The claim `run` holds, as its job sees it (None for a run without a slot)."""
     version = getattr(run, "claim_version", None)
-    if run.slot and version is not None:
-        held = HeldClaim(job=run.job, slot=run.slot, version=version, run_id=run.pk)
-    saved = {name: os.environ.get(name) for name in _ENV_NAMES}
-    previous, _current = _current, held
-    for name, value in zip(_ENV_NAMES, _env_values(held), strict=True):
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    try:
-        yield held
-    finally:
-        _current = previous
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    if run.slot and version is not None and run.pk is not None:
+        return HeldClaim(job=run.job, slot=run.slot, version=version, run_id=run.pk)
+    return None
+
+
+def environment(held: HeldClaim | None) -> dict[str, str | None]:
+    """The OPS_* variables the job's process gets (None: removed, so that the variables of a
+    run_job this one runs under do not leak into a run without a slot)."""
+    return dict(zip(_ENV_NAMES, _env_values(held), strict=True))
+
+
+def enter(held: HeldClaim | None) -> None:
+    """In the job's own process (ops/run/child.py): what current_claim() answers."""
+    global _current
+    _current = held
 
 
 def _env_values(held: HeldClaim | None) -> list[str | None]:

@@ -13,10 +13,12 @@ command unless someone ends them. Two halves keep a slot from running twice mean
   the command ran are touched: processes that were already run_job's children before (an
   in-process caller's) are never signalled, and each target is re-checked to be a descendant
   through a pidfd before the signal, so a reused pid is never hit.
-- run_job exports OPS_RUN_ID into the command's environment, which every child inherits. When a
-  claim's runner on this machine is dead, `survivor(run_id)` scans /proc/*/environ (the
-  processes this user may read, in this pid namespace) for that run id: while one lives, the
-  holder is not provably gone.
+- the job's process (run_job's forked child) has OPS_RUN_ID in its environment, which every
+  process it starts inherits. When a claim's runner on this machine is dead, `survivor(run_id)`
+  scans /proc/*/environ (the processes this user may read, in this pid namespace) for that run
+  id: while one lives, the holder is not provably gone. (The job's own process is not found so:
+  its /proc environ is what run_job started with. It dies with run_job instead,
+  `die_with_parent`.)
 """
 
 import contextlib
@@ -30,6 +32,7 @@ from pathlib import Path
 
 PROC = Path("/proc")
 GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL of the job's leftover processes
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 _POLL = 0.05
 
@@ -51,6 +54,13 @@ def _prctl():
         return libc.prctl
     except (OSError, AttributeError):
         return None
+
+
+def die_with_parent() -> bool:
+    """Have the kernel SIGKILL this process when its parent (the thread that forked it) dies;
+    False where it cannot (not Linux)."""
+    prctl = _prctl()
+    return prctl is not None and prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
 
 
 def set_subreaper(on: bool = True) -> bool | None:

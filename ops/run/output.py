@@ -1,22 +1,16 @@
-"""Pass a job's output through while keeping a bounded tail of it.
+"""The job's output: passed through, kept as a bounded tail, and run_job's own log.
 
-The job runs in-process, so its stdout and stderr are file descriptors 1 and 2 (and whatever
-child processes it starts inherit them). Both are redirected into pipes; a reader thread per
-stream copies the bytes to the original descriptor and into a ring buffer. Memory stays bounded
-whatever the job prints. With `quiet`, output is spooled to a temporary file (disk, not memory)
-and printed only when the job fails, like `chronic`.
-
-A job may close or fill its own descriptors (`os.close(1)`, `sys.stderr.close()`, a stdout on
-a full disk): afterwards the runner puts fds 1 and 2 back, drops what the job could not write,
-and gives Python usable `sys.stdout`/`sys.stderr` again, so that its own messages, the
-record and the final ping still happen.
+The job runs in a child process whose stdout and stderr are pipes (ops/run/supervisor.py). A
+reader thread per stream copies the bytes to run_job's own descriptor 1 or 2 (cron's mail, or
+`--log`) and into a ring buffer, so memory stays bounded whatever the job prints. With
+`quiet`, output is spooled to a temporary file (disk, not memory) and printed only when the
+job fails, like `chronic`. Whatever the job does to its own descriptors, run_job's stay its own.
 """
 
 import contextlib
 import errno
 import fcntl
 import os
-import socket
 import stat
 import sys
 import tempfile
@@ -24,8 +18,6 @@ import threading
 import time
 from builtins import bytes as _bytes
 from pathlib import Path
-
-from .threads import start as start_thread
 
 CHUNK = 65536
 
@@ -128,8 +120,8 @@ def _write_all(fd: int, data: bytes) -> tuple[int, str]:
 
 
 def write_fd(fd: int, text: str) -> None:
-    """Write `text` to descriptor `fd`, past Python's stream objects (which the job may have
-    closed or replaced); never raises."""
+    """Write `text` to descriptor `fd`, past Python's stream objects (whatever they are, a
+    full disk or a closed reader must not raise); never raises."""
     _flush()
     _write_all(fd, text.encode("utf-8", "backslashreplace"))
 
@@ -137,9 +129,9 @@ def write_fd(fd: int, text: str) -> None:
 def _flush_or_drop(stream, fd: int) -> None:
     """Flush `stream` (whose descriptor is `fd`); when that fails, drop what it holds.
 
-    Bytes a job left in `sys.stdout`'s buffer after closing or filling its own stdout cannot be
-    written; kept, they would fail every later flush, and the one at interpreter exit turns the
-    exit code into 120. They are flushed into /dev/null instead.
+    Bytes that cannot be written (a full disk under the log, a reader gone) would fail every
+    later flush, and the one at interpreter exit turns the exit code into 120. They are
+    flushed into /dev/null instead.
     """
     try:
         stream.flush()
@@ -164,51 +156,6 @@ def _flush_or_drop(stream, fd: int) -> None:
             os.close(saved)
 
 
-# Held while the runner puts descriptors back on fds 1 and 2, and while a thread of ours makes
-# sure fds 0-2 are taken before it opens a socket (see hold_standard_fds).
-FD_TABLE = threading.Lock()
-
-
-def hold_standard_fds() -> None:
-    """Put /dev/null on any of fds 0, 1, 2 the job closed.
-
-    A descriptor opened while one of them is free takes its number: a ping's socket would
-    become fd 1, receive the job's output, and be closed under the runner's restored stdout
-    later. Our threads call this before they open one; the job's own threads are its own."""
-    with FD_TABLE:
-        for fd in (0, 1, 2):
-            try:
-                os.fstat(fd)
-            except OSError:
-                null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-                if null != fd:
-                    os.dup2(null, fd, inheritable=False)
-                    os.close(null)
-
-
-def socket_above_standard_fds(family: int, kind: int, proto: int) -> socket.socket:
-    """A new socket whose descriptor is not 0, 1 or 2.
-
-    hold_standard_fds() runs first, but the job may close fd 1 between that and our socket():
-    the socket then sits on fd 1 and the job's prints would go into the ping (seen in CI as a
-    start ping sent twice). Such a socket is moved above 2 before it connects, and its low
-    number is closed again, as the job left it; what the job wrote meanwhile went nowhere."""
-    hold_standard_fds()
-    sock = socket.socket(family, kind, proto)
-    low = sock.fileno()
-    if low > 2:
-        return sock
-    high = fcntl.fcntl(low, fcntl.F_DUPFD_CLOEXEC, 3)
-    moved = socket.socket(family, kind, proto, fileno=high)
-    mine = os.fstat(high)
-    sock.detach()
-    with FD_TABLE, contextlib.suppress(OSError):
-        now = os.fstat(low)
-        if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):  # not replaced by the job
-            os.close(low)
-    return moved
-
-
 def settle() -> None:
     """Leave `sys.stdout` and `sys.stderr` flushable at exit, whatever happened to them."""
     for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
@@ -216,20 +163,9 @@ def settle() -> None:
             _flush_or_drop(stream, fd)
 
 
-def _reopened(fd: int, old) -> object:
-    """A new text stream on `fd` in place of `old`, a standard stream the job closed."""
-    return open(
-        fd,
-        "w",
-        encoding=getattr(old, "encoding", None) or "utf-8",
-        errors="backslashreplace",
-        buffering=1,
-        closefd=False,
-    )
-
-
-class CapturedOutput:
-    """Context manager: fds 1 and 2 go through pipes into `tail` (and through, unless quiet)."""
+class Tee:
+    """The job's stdout and stderr pipes, read until every writer is gone: through to run_job's
+    fds 1 and 2 (or into a spool file, quiet), and into `tail`."""
 
     def __init__(self, tail: Tail, quiet: bool = False):
         self.tail = tail
@@ -237,46 +173,42 @@ class CapturedOutput:
         self._spool = tempfile.TemporaryFile() if quiet else None
         self._spool_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._saved: dict[int, int] = {}
-        self._streams: dict[int, object] = {}  # sys.stdout/sys.stderr as the job got them
-        self._replaced: dict[int, object] = {}  # ... and what replaced them when it closed them
         self.lost = 0  # bytes of output that could not be passed through
         self.lost_reason = ""
 
-    def __enter__(self):
-        _flush()
-        self._streams = {1: sys.stdout, 2: sys.stderr}
-        for fd in (1, 2):
-            read_end, write_end = os.pipe()
-            self._saved[fd] = os.dup(fd)
-            # The reader gets a descriptor of its own, closed only by itself: a background child
-            # that outlives the job keeps writing to the real output, never to a reused number.
-            original = os.dup(fd)
-            os.dup2(write_end, fd)
-            os.close(write_end)
+    def start(self, stdout: int, stderr: int) -> None:
+        """Read the pipes' read ends (this object closes them)."""
+        for source, target in ((stdout, 1), (stderr, 2)):
             thread = threading.Thread(
                 target=self._pump,
-                args=(read_end, original),
+                args=(source, target),
                 daemon=True,
-                name=f"cronops-output-{fd}",
+                name=f"cronops-output-{target}",
             )
-            start_thread(thread)
+            thread.start()
             self._threads.append(thread)
-        return self
 
-    def _pump(self, read_end: int, original: int) -> None:
+    def _pump(self, source: int, target: int) -> None:
         try:
-            while chunk := os.read(read_end, CHUNK):
+            while chunk := os.read(source, CHUNK):
                 self.tail.write(chunk)
                 if self._spool is not None:
                     with self._spool_lock:
-                        if not self._spool.closed:  # a child outliving the job: drop it
+                        if not self._spool.closed:  # a child outliving the job: dropped
                             self._spool.write(chunk)
                 else:
-                    self._count_loss(*_write_all(original, chunk))
+                    self._count_loss(*_write_all(target, chunk))
+        except OSError:
+            pass
         finally:
-            os.close(read_end)
-            os.close(original)
+            os.close(source)
+
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for both pipes' end of file: a process the job left
+        behind that still holds them must not hold the record up."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _count_loss(self, lost: int, reason: str) -> None:
         if lost:
@@ -290,49 +222,6 @@ class CapturedOutput:
         return (
             f"output lost: {self.lost} of {self.tail.total} bytes not written ({self.lost_reason})"
         )
-
-    def __exit__(self, *exc):
-        self.restore()
-        return False
-
-    def restore(self, join_timeout: float = 2.0) -> None:
-        if not self._saved:
-            return
-        for fd, stream in self._streams.items():
-            current = sys.stdout if fd == 1 else sys.stderr
-            for candidate in {id(s): s for s in (stream, current) if s is not None}.values():
-                _flush_or_drop(candidate, fd)
-        with FD_TABLE:
-            for fd, saved in self._saved.items():
-                try:
-                    os.dup2(saved, fd)  # drops our pipe's write end: its reader sees EOF
-                except OSError:  # the job closed our copy too: never leave fd 1 or 2 free
-                    null = os.open(os.devnull, os.O_WRONLY)
-                    os.dup2(null, fd)
-                    os.close(null)
-        # A background child that still holds the pipe must not hold the runner up.
-        deadline = time.monotonic() + join_timeout
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        for saved in self._saved.values():
-            try:
-                os.close(saved)
-            except OSError:
-                pass
-        self._saved = {}
-        for fd, name in ((1, "stdout"), (2, "stderr")):
-            stream = getattr(sys, name)
-            if stream is None or getattr(stream, "closed", False):
-                self._replaced[fd] = _reopened(fd, stream)
-                setattr(sys, name, self._replaced[fd])
-
-    def usable(self, stream):
-        """`stream`, or the stream that replaced it if it was sys.stdout/sys.stderr and the job
-        closed it (the runner's messages go to the same place as before)."""
-        for fd, original in self._streams.items():
-            if stream is original and fd in self._replaced:
-                return self._replaced[fd]
-        return stream
 
     def replay(self) -> None:
         """Print the spooled output (quiet mode, on failure)."""
@@ -429,10 +318,19 @@ def _open_append(path: Path) -> int:
 
 
 def standard_streams() -> None:
-    """Started with fd 1 or 2 closed (`>&-`), Python sets sys.stdout / sys.stderr to None, and
-    every command's `self.stdout.write` fails after its work is done (recorded failed, and so
-    run again). Give them a stream on the fd: the --log file, else /dev/null."""
-    hold_standard_fds()
+    """Started with fd 0, 1 or 2 closed (`>&-`), run_job's first pipe would take its number
+    (and the job's output would go where its stdin should be), and Python sets sys.stdout /
+    sys.stderr to None, so every command's `self.stdout.write` would fail after its work is
+    done. /dev/null goes on each closed one, and the streams get a stream on it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
     for name, fd in (("stdout", 1), ("stderr", 2)):
         if getattr(sys, name) is None:
-            setattr(sys, name, _reopened(fd, None))
+            stream = open(fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+            setattr(sys, name, stream)

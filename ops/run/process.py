@@ -44,15 +44,30 @@ def _pid_ns() -> int | None:
         return None
 
 
-def start_time(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat (after the command name, which may hold spaces and ')')."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command name (which may hold spaces and ')'):
+    [0] is the state, [19] the start time."""
     try:
         stat = (PROC / str(pid) / "stat").read_bytes()
     except OSError:
         return None
+    fields = stat[stat.rindex(b")") + 2 :].split() if b")" in stat else []
+    return fields if len(fields) > 19 else None
+
+
+def is_zombie(pid: int) -> bool:
+    """A process that has ended but was not yet waited for (state Z, or X while it goes): it
+    keeps its pid and start time in /proc, and runs nothing."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] in (b"Z", b"X")
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat: clock ticks after boot."""
+    fields = _stat_fields(pid)
     try:
-        return int(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (ValueError, IndexError):
+        return int(fields[19]) if fields is not None else None
+    except ValueError:
         return None
 
 
@@ -75,6 +90,8 @@ def is_gone(holder: Identity, me: Identity) -> bool:
     if not _pid_exists(holder.pid):
         return True
     started = start_time(holder.pid)
+    if started is not None and started == holder.started and is_zombie(holder.pid):
+        return True  # killed, not yet reaped by its parent: it holds nothing any more
     if started is None:
         # Unreadable (/proc mounted with hidepid) or it ended just now: a live holder must
         # never be judged dead, so only a pid that is free by now counts.

@@ -1,464 +1,41 @@
-"""run_job: one job run, in order: lock, claim, start ping, command, record, final ping.
+"""run_job: one call, in order: lock, claim, fork the job and supervise it, record, final ping.
 
 `run(argv)` is what `manage.py run_job` calls; it returns the exit code (DESIGN.md's table).
+The job itself runs in a forked child (ops/run/supervisor.py, ops/run/child.py): this process
+never runs job code, so its heartbeat, its timeout and its record cannot be stopped by it.
 """
 
-import contextlib
 import datetime as dt
 import os
-import signal
 import sys
-import threading
 import time
-import traceback
-from contextlib import contextmanager
-from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import get_commands
-from django.core.management.base import CommandError
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
 from .. import conf
 from ..models import JobRun, Outcome
 from ..monitors.pings import PingConfig, Pinger
 from ..monitors.redact import Redactor
-from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
-from ..schedule.options import OptionsError, RunOptions, merge, parse_run_args, shown
-from ..schedule.slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
-from . import claims, commandargs, descendants, standby
-from .commandargs import ArgsRefused, LogicalDateGiven
-from .commandargs import check_args as check_command_args
+from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
+from ..schedule.slots import Slot
+from . import claims, descendants, standby
+from .child import read_report
+from .heartbeat import Heartbeat, taken_over_note
 from .lock import JobLock, LockError
-from .output import (
-    CapturedOutput,
-    JobLog,
-    Tail,
-    hold_standard_fds,
-    settle,
-    standard_streams,
-    write_fd,
-)
-from .threads import RUN_SIGNALS, SIG_INTERRUPT, Nudger, quiet_nudges
-from .threads import start as start_thread
+from .output import JobLog, Tail, Tee, settle, standard_streams
+from .plan import Plan, UsageError, command_line, one_line, plan_slots, resolve, say
+from .supervisor import Ended, Interrupted, Signals, Supervisor, fork_job
 
 EXIT_SKIPPED = 75  # also a run whose claim was taken over: the slot is another run's now
 EXIT_TIMEOUT = 124
 EXIT_USAGE = 2
 TAIL_BYTES = 100_000  # hosted healthchecks keeps 100,000 bytes of a ping body
 HISTORY_TAIL_BYTES = 10_000
-
-
-class UsageError(Exception):
-    """Bad arguments or configuration: exit 2, no ping, nothing recorded."""
-
-
-class JobInterrupted(BaseException):
-    def __init__(self, outcome: str, exit_code: int, note: str):
-        super().__init__(note)
-        self.outcome, self.exit_code, self.note = outcome, exit_code, note
-
-
-@dataclass
-class Plan:
-    """What to run: the resolved options and the declared job (if any)."""
-
-    options: RunOptions
-    job: Job | None
-
-    @property
-    def name(self) -> str:
-        return self.options.job_name
-
-
-def say(message: str, stream=None) -> None:
-    """One `cronops:` line. Never raises: when the log is full or gone, or a job closed the
-    stream, the history note and the ping carry the message instead."""
-    stream = stream or sys.stdout
-    line = f"cronops: {message}\n"
-    try:
-        fd = stream.fileno()
-    except Exception:
-        fd = None  # a StringIO (tests, call_command), or a stream that is closed
-    if fd is None:
-        with contextlib.suppress(Exception):
-            stream.write(line)
-            stream.flush()
-        return
-    with contextlib.suppress(Exception):
-        stream.flush()  # what the stream already holds comes first
-    # Straight to the descriptor: a failed write must not stay in Python's buffer, where the
-    # flush at exit would fail again and turn the exit code into 1 or 120.
-    write_fd(fd, line)
-
-
-def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Plan:
-    """The options and the declared job `argv` means; UsageError (exit 2, nothing recorded)
-    when it is malformed or would run something other than what crontab.d declares."""
-    try:
-        cli = parse_run_args(argv)
-    except OptionsError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        schedule = load_schedule()
-        job = schedule.get(cli.job_name)
-    except CrontabError as exc:
-        schedule = None
-        job = load_jobs_leniently().get(cli.job_name)
-        if job is None:
-            raise UsageError(f"{exc} (run_job reads crontab.d for the job's schedule)") from None
-        # One bad line stops only its own job: this one's line is valid, so it runs.
-        say(f"warning: {exc} (job {job.name} is declared validly and runs)", stderr)
-    if job is not None and job.options.command != cli.command and cli.command != job.name:
-        raise UsageError(
-            f"job {job.name!r} is declared at {job.path}:{job.lineno} with command "
-            f"{job.options.command!r}, not {cli.command!r}"
-        )
-    if job is None:
-        _check_ad_hoc(cli, schedule)
-        options = cli
-    else:
-        options = merge(job.options, cli)
-        options.name = job.name if job.name != job.options.command else options.name
-    plan = Plan(options=options, job=job)
-    _check_logical_date(plan, from_declaration=job is not None and not cli.args, now=now)
-    return plan
-
-
-def _check_ad_hoc(cli: RunOptions, schedule) -> None:
-    """An ad hoc run (no job of that name in crontab.d) may wrap any command that crontab.d
-    does not declare: a declared command never escapes its slot gate under another name."""
-    commands = get_commands()
-    if cli.command == "run_job":  # a runner inside the runner: two locks, claims and pings
-        spelled = " ".join(cli.args) or "<command>"
-        spelled = spelled if len(spelled) <= 60 else spelled[:60] + "…"
-        raise UsageError(
-            f"run_job cannot run run_job: write the command itself (`run_job {spelled}`)"
-        )
-    if cli.command not in commands:
-        raise UsageError(
-            f"unknown command {shown(cli.command)}: not a management command and not a job in "
-            "crontab.d"
-        )
-    if cli.name is not None and cli.name != cli.command and cli.name in commands:
-        raise UsageError(
-            f"job name {cli.name!r} is the name of another management command: "
-            f"`run_job {cli.name}` would mean that command; choose another --name"
-        )
-    declared = [j for j in schedule.jobs if j.options.command == cli.command] if schedule else []
-    if declared:
-        where = ", ".join(f"{j.name!r} ({j.path}:{j.lineno})" for j in declared)
-        spell = " or ".join(f"`run_job {j.name}`" for j in declared)
-        raise UsageError(
-            f"{cli.command} is declared in crontab.d as job {where}; run it as {spell} (a "
-            "declared command runs only as its declared job, so each slot runs once)"
-        )
-    other = commandargs.history_command(cli.job_name, cli.command)
-    if other is not None:
-        raise UsageError(
-            f"job name {cli.job_name!r} has a history made by command {other!r}, not "
-            f"{cli.command!r}: its slots are {other}'s; choose another --name"
-        )
-
-
-def _check_logical_date(plan: Plan, *, from_declaration: bool, now: dt.datetime | None) -> None:
-    opts = plan.options
-    try:
-        check_command_args(opts.command, opts.args)
-    except LogicalDateGiven as exc:
-        if from_declaration:
-            where = f"{plan.job.path}:{plan.job.lineno}: "
-            fix = "remove it from that line: each run gets its slot's date"
-        else:
-            if plan.job is not None:
-                spelled = plan.job.name
-            elif opts.name in (None, opts.command):
-                spelled = opts.command
-            else:
-                spelled = f"--name={opts.name} {opts.command}"
-            where = ""
-            fix = f"write `run_job --logical-date={exc.value or 'YYYY-MM-DD'} {spelled}`"
-        raise UsageError(f"{where}{exc}; {fix}") from None
-    except ArgsRefused as exc:
-        raise UsageError(str(exc)) from None
-    if opts.logical_date is not None:
-        today = timezone.localdate(now or timezone.now(), ZoneInfo(settings.TIME_ZONE))
-        if opts.logical_date > today:
-            # Running a future slot now would make the real run that day a no-op.
-            raise UsageError(
-                f"--logical-date {opts.logical_date} is in the future (today is {today} in "
-                f"{settings.TIME_ZONE})"
-            )
-
-
-def plan_slots(plan: Plan, now: dt.datetime, tz: ZoneInfo) -> list[Slot | None]:
-    opts, expr = plan.options, plan.job.cron_expr if plan.job else None
-    if opts.logical_date is not None:
-        if expr is None:
-            slot = date_slot(opts.logical_date)
-            comes = dt.datetime.combine(opts.logical_date, dt.time(0), tzinfo=tz)
-        else:
-            try:
-                slot = slot_on_date(expr, opts.logical_date, tz)
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
-            comes = slot.at
-        if comes > now:
-            # Running a future slot now would make the real run that day a no-op.
-            raise UsageError(
-                f"--logical-date {opts.logical_date} is in the future: its slot ({slot}) has "
-                "not come yet"
-            )
-        return [slot]
-    if expr is None:
-        return [None]  # unscheduled: lock, history and pings, but no slot gate
-    slot = current_slot(expr, now, tz)
-    slots: list[Slot | None] = [slot]
-    if opts.catch_up:
-        # Never at or before the latest succeeded slot, nor before the first claim (README).
-        floor = claims.catch_up_floor(plan.name, tz)
-        if floor.first is not None:
-            earlier = previous_slots(
-                expr, slot, opts.catch_up, tz, after=floor.latest_success, since=floor.first
-            )
-            done = claims.done_keys(plan.name, earlier)
-            slots = [s for s in earlier if s.key not in done] + slots
-    return slots
-
-
-def accepts_logical_date(command: str) -> bool:
-    return commandargs.accepts_logical_date(command)  # the parser built once, shared
-
-
-def command_line(plan: Plan, slot: Slot | None) -> list[str]:
-    """The command's arguments for `slot`: its own, plus the slot's date when it takes one
-    (resolve() has refused arguments that carry a date of their own)."""
-    args = list(plan.options.args)
-    if slot is not None and accepts_logical_date(plan.options.command):
-        args.append(f"--logical-date={slot.logical_date.isoformat()}")
-    return args
-
-
-def _status(code: int) -> int:
-    """An exit status a shell (and a healthchecks /<code> ping) can carry: 0-255, else 1."""
-    return code if 0 <= code <= 255 else 1
-
-
-def execute(command: str, args: list[str]) -> tuple[int, str]:
-    """Run a management command in this process: (exit code as a shell sees it, error line)."""
-    from django.core.management import call_command
-
-    try:
-        call_command(command, *args)
-    except CommandError as exc:
-        line = f"CommandError: {exc}"
-        write_fd(2, line + "\n")  # after the job's own output (write_fd flushes it first)
-        return _status(exc.returncode or 1), line
-    except SystemExit as exc:
-        if exc.code is None:
-            return 0, ""
-        if isinstance(exc.code, int):
-            code = _status(exc.code)
-            return code, f"exit {exc.code}" if code else ""
-        write_fd(2, f"{exc.code}\n")
-        return 1, str(exc.code)
-    except JobInterrupted:
-        raise
-    except Exception as exc:
-        # To fd 2 itself, the job's captured stderr: the job may have closed sys.stderr.
-        write_fd(2, traceback.format_exc())
-        return 1, f"{type(exc).__name__}: {_one_line(exc)}"
-    return 0, ""
-
-
-class Guard:
-    """SIGTERM, SIGINT and --timeout for the whole run.
-
-    While the command runs, a signal raises JobInterrupted inside it. At any other moment
-    (claim, record, pings) it is only noted, and acted on at the next safe point, so that a
-    claim is never left "running" by a signal that arrived between two database writes.
-    """
-
-    SIGNALS = tuple(sorted(RUN_SIGNALS))
-
-    def __init__(self):
-        self.pending: JobInterrupted | None = None
-        self.fired: JobInterrupted | None = None
-        self.lost: JobInterrupted | None = None  # the claim was taken over (heartbeat thread)
-        self._armed = False
-        self._sleeping = False  # a standby between two reads of the claim
-        self._timeout: float | None = None
-        self._timer: threading.Timer | None = None
-        self._previous = {}
-        self._handled_at = 0.0  # when a handler of ours last ran (the Nudger asks)
-        self._nudger = Nudger(lambda: self._handled_at)
-
-    def _on_signal(self, signum, frame):
-        self._handled_at = time.monotonic()
-        if signum == SIG_INTERRUPT:
-            if not self._armed:
-                return  # a timer that fired as the command ended: nothing to interrupt
-            if self.lost is not None:
-                interrupted = self.lost
-            elif not self._timeout:
-                return
-            else:
-                interrupted = JobInterrupted(
-                    Outcome.TIMED_OUT, EXIT_TIMEOUT, f"timed out after {self._timeout:g}s"
-                )
-        else:
-            name = signal.Signals(signum).name
-            interrupted = JobInterrupted(Outcome.TERMINATED, 128 + signum, f"terminated by {name}")
-            if self._sleeping:  # a standby's wait ends at once: nothing is claimed yet
-                self._sleeping = False
-                raise interrupted
-        if self._armed:
-            self._armed = False
-            self.fired = interrupted  # remembered: a job that swallows it still ends this way
-            raise interrupted
-        if self.pending is None:
-            self.pending = interrupted
-
-    def sleep(self, seconds: float) -> None:
-        """A standby's pause between two reads of the claim; SIGTERM or SIGINT (also one
-        that arrived just before) ends it at once with JobInterrupted."""
-        if self.pending is not None:
-            pending, self.pending = self.pending, None
-            raise pending
-        self._sleeping = True
-        try:
-            time.sleep(seconds)
-        finally:
-            self._sleeping = False
-
-    def interrupt_lost(self, interrupted: JobInterrupted) -> None:
-        """From the heartbeat thread: the claim was taken over; stop the command as a timeout
-        would (a command that already ended is judged by its record instead)."""
-        self.lost = interrupted
-        self._interrupt_main()
-
-    @staticmethod
-    def _interrupt_main() -> None:
-        with contextlib.suppress(Exception):
-            signal.pthread_kill(threading.main_thread().ident, SIG_INTERRUPT)
-
-    def install(self) -> None:
-        for sig in self.SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._on_signal)
-        try:
-            hold_standard_fds()  # the nudger's pipe must not take a number the caller closed
-            self._nudger.install()
-        except BaseException:  # no pipe or thread to be had: no guard left half in place
-            self.uninstall()
-            raise
-
-    def _reinstall(self) -> None:
-        # A job may have put in handlers of its own; ours must guard the record that follows.
-        for sig in self.SIGNALS:
-            signal.signal(sig, self._on_signal)
-        quiet_nudges()
-
-    def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def uninstall(self) -> None:
-        try:
-            self._stop_timer()
-            self._nudger.uninstall()
-        finally:
-            for sig, handler in self._previous.items():
-                signal.signal(sig, handler)
-            self._previous = {}
-
-    @contextmanager
-    def command(self, timeout: float | None):
-        """The window in which a signal (or the timeout) interrupts the command."""
-        if self.pending is not None:  # arrived during the claim: the command never starts
-            pending, self.pending = self.pending, None
-            raise pending
-        self._timeout = timeout
-        self.fired = None
-        try:
-            self._armed = True
-            if timeout:
-                self._timer = threading.Timer(timeout, self._interrupt_main)
-                self._timer.daemon = True
-                start_thread(self._timer)
-            yield
-        finally:
-            self._armed = False
-            self._stop_timer()
-            self._reinstall()
-        if self.fired is not None:  # the job caught our interruption and returned anyway
-            raise self.fired
-
-
-class Heartbeat:
-    """Refreshes the claim's heartbeat from a thread, so another host can tell we are alive.
-
-    A heartbeat that finds the claim no longer ours (another run took it over while this one
-    was frozen or cut off from the database) says so once and calls `on_lost` with the note."""
-
-    def __init__(self, run: JobRun, interval: float, on_lost=None):
-        self.run, self.interval, self.on_lost = run, interval, on_lost
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True, name="cronops-heartbeat")
-
-    def _beat(self):
-        failing = False
-        try:
-            while not self._stop.wait(self.interval):
-                try:
-                    hold_standard_fds()  # a reconnect must not take a number the job freed
-                    owned = claims.heartbeat(self.run, timezone.now())
-                    if not owned:
-                        note = taken_over_note(self.run)
-                        say(f"job {self.run.job}: {note}; stopping this run", sys.stderr)
-                        if self.on_lost is not None:
-                            self.on_lost(note)
-                        return
-                    failing = False
-                except DatabaseError as exc:
-                    if not failing:  # once per outage, not once per beat
-                        say(f"job {self.run.job}: heartbeat failed: {_one_line(exc)}", sys.stderr)
-                    failing = True
-                    connection.close()  # the next beat connects afresh (Django would not)
-        finally:
-            connection.close()
-
-    def __enter__(self):
-        if self.run.slot:
-            start_thread(self._thread)
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
-        return False
-
-
-def taken_over_note(run: JobRun) -> str:
-    """Who holds the slot now, for a run that lost its claim (one read of the claim)."""
-    now = claims.peek(run.job, run.slot)
-    if now is None:
-        who = "another run"
-    else:
-        who = f"run #{now.run_id} on {now.host} (claim version {now.version})"
-    return (
-        f"the claim on {run.slot} was taken over by {who} while this run was frozen or cut "
-        "off from the database (no heartbeat for 3 intervals)"
-    )
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+OUTPUT_GRACE = 2.0  # seconds the output pipes may stay open after the job's end
 
 
 def standby_bound(options: RunOptions, heartbeat: float) -> float | None:
@@ -489,7 +66,9 @@ class Runner:
         self.stderr = stderr or sys.stderr
         self.ping_config = PingConfig.from_settings()
         self.redactor = Redactor.from_settings(settings)
-        self.guard = Guard()
+        self.kill_after = plan.options.kill_after or DEFAULT_KILL_AFTER
+        self.signals = Signals()  # installed from the lock on (run())
+        self.lost_claim = False  # the heartbeat found the claim taken over
         self.stop = False  # set by a timeout, a signal or a lost database: no further slots
         # Catch-up slots send no pings of their own (hosted healthchecks.io drops more than 5
         # pings a minute per check); the last slot's final ping sums them up.
@@ -561,14 +140,14 @@ class Runner:
             host=self.host,
             since=timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S %Z"),
         )
-        # The lock comes before the guard: a SIGTERM during --wait ends the wait at once
-        # (nothing is claimed yet, there is nothing to record).
+        # The lock comes before the signal handlers: a SIGTERM during --wait ends the wait at
+        # once (nothing is claimed yet, there is nothing to record).
         if not lock.acquire(self.opts.wait):
             holder = lock.holder()
             return self.skip(None, f"skipped: {holder.describe()}", EXIT_SKIPPED)
         # The standby's bound counts from here: a --wait for the lock does not use it up.
         self.standby_deadline = time.monotonic() + (self.standby or 0)
-        self.guard.install()
+        self.signals.install()
         # Orphaned grandchildren of the command reparent to run_job (ops/run/descendants.py).
         subreaper = descendants.set_subreaper(True)
         try:
@@ -576,16 +155,22 @@ class Runner:
         finally:
             if subreaper is False:  # an in-process caller's state comes back
                 descendants.set_subreaper(False)
-            self.guard.uninstall()
+            self.signals.uninstall()
             lock.release()
+
+    def terminated(self) -> Ended | None:
+        """A SIGTERM or SIGINT run_job received, as the outcome it gives."""
+        received = self.signals.received
+        if received is None:
+            return None
+        return Ended(Outcome.TERMINATED, 128 + received, Interrupted(received).args[0])
 
     def _run(self, now: dt.datetime) -> int:
         tz = ZoneInfo(settings.TIME_ZONE)
         slots = plan_slots(self.plan, now, tz)
         exit_code = 0
         for i, slot in enumerate(slots):
-            if self.guard.pending is not None:  # a signal between two slots
-                pending = self.guard.pending
+            if i and (pending := self.terminated()) is not None:  # a signal between two slots
                 say(f"job {self.plan.name}: {pending.note}", self.stderr)
                 self.send_summary(pending.exit_code)
                 return pending.exit_code
@@ -594,8 +179,8 @@ class Runner:
                 exit_code = code  # the first failure's code, also when a later slot succeeds
             if self.stop:
                 break
-        if self.guard.pending is not None:  # arrived while recording or pinging
-            exit_code = self.guard.pending.exit_code
+        if (pending := self.terminated()) is not None:  # arrived while recording or pinging
+            exit_code = pending.exit_code
         self.send_summary(exit_code)
         return exit_code
 
@@ -614,11 +199,10 @@ class Runner:
     def stand_by(self, slot: Slot, result: claims.ClaimResult, catch_up: bool):
         """Wait while another run holds `slot` (README: several servers). Returns this slot's
         exit code when there is nothing left to do here, else the ClaimResult it took."""
-        total, seen = 0.0, result.holder
+        total, seen = 0.0, result.found
         # Said once, so that a run_job that lives for an hour in the log explains itself.
         say(
-            f"job {self.plan.name}: {slot} is running on {result.holder.host} "
-            f"(pid {result.holder.pid}); standing by",
+            f"job {self.plan.name}: {slot} is running on {seen.host} (pid {seen.pid}); standing by",
             self.stdout,
         )
         while result.status == "busy":
@@ -628,17 +212,16 @@ class Runner:
                     slot,
                     deadline=self.standby_deadline,
                     heartbeat=self.heartbeat,
-                    sleep=self.guard.sleep,
+                    sleep=self.signals.sleep,
                     clock=timezone.now,
                 )
-            except JobInterrupted as interrupted:
+            except Interrupted as interrupted:
                 # SIGTERM, SIGINT: the wait ends at once; nothing is claimed, nothing to ping.
                 self.stop = True
-                holder = result.holder
-                note = f"standby {interrupted.note} while {holder.host} ran {slot}"
+                note = f"standby {interrupted} while {result.found.host} ran {slot}"
                 return self.skip(slot, note, interrupted.exit_code, catch_up, ping=False)
             total += waited.seconds
-            holder = seen = waited.claim or result.holder
+            holder = seen = waited.claim or result.found
             if waited.verdict == standby.DONE:
                 note = f"done on {holder.host} for {slot} (stood by {standby.waited(total)})"
                 return self.skip(slot, note, 0, catch_up)
@@ -658,10 +241,10 @@ class Runner:
                 return self.skip(slot, note, EXIT_SKIPPED, catch_up)
             result = self.claim(slot)  # TAKE: another standby may be quicker (busy again)
             if result.status == "done":
-                holder = result.holder
+                holder = result.found
                 note = f"done on {holder.host} for {slot} (stood by {standby.waited(total)})"
                 return self.skip(slot, note, 0, catch_up)
-        if seen is not None and seen.state in standby.RUN_AGAIN:
+        if seen.state in standby.RUN_AGAIN:
             say(
                 f"job {self.plan.name}: the run on {seen.host} was {seen.state.replace('_', ' ')}; "
                 f"this standby runs {slot}",
@@ -680,7 +263,7 @@ class Runner:
             if result.status == "done":
                 return self.skip(slot, f"already done for {slot}", 0, catch_up)
             if result.status == "busy":
-                holder = result.holder
+                holder = result.found
                 since = timezone.localtime(holder.started_at).strftime("%Y-%m-%d %H:%M:%S %Z")
                 note = f"skipped: running since {since}, pid {holder.pid}, host {holder.host}"
                 if result.survivor is not None:  # its runner died, a child of it did not
@@ -696,7 +279,7 @@ class Runner:
                     "abandoned",
                     self.stderr,
                 )
-            run = result.run
+            run = result.taken
         else:
             run = claims.new_run(
                 name, None, host=self.host, pid=self.pid, now=now, command=self.opts.command
@@ -704,64 +287,75 @@ class Runner:
         return self.execute_run(run, slot, catch_up=catch_up)
 
     def execute_run(self, run: JobRun, slot: Slot | None, catch_up: bool = False) -> int:
-        # The claim goes into the environment before this run starts a thread that reads it,
-        # and leaves it after its last ping: glibc's getenv (a thread's getaddrinfo or SSL
-        # set-up, libpq's connect) read the array that adding a variable moves, and run_job
-        # died with SIGSEGV (CI, 3.13).
-        with claims.holding(run):
-            return self._execute_held(run, slot, catch_up)
-
-    def _execute_held(self, run: JobRun, slot: Slot | None, catch_up: bool) -> int:
         pinger = self.pinger(enabled=not catch_up)
         run.rid = pinger.rid
-        try:
-            args = command_line(self.plan, slot)
-        except Exception:  # the command cannot even load: execute() meets it and records it
-            args = list(self.opts.args)
         # The history and the admin show the command line: a secret passed as an argument is not
         # kept there (the admin's search box would let anyone test guesses at it).
-        run.command = self.redactor.text(" ".join([self.opts.command, *args]))[:500]
-        pinger.start()
+        run.command = self.redactor.text(" ".join([self.opts.command, *self.opts.args]))[:500]
         tail = Tail(TAIL_BYTES, redactor=self.redactor)
-        captured = CapturedOutput(tail, quiet=bool(self.opts.quiet))
+        tee = Tee(tail, quiet=bool(self.opts.quiet))
         started = time.monotonic()
-        outcome, note = Outcome.SUCCEEDED, ""
-        self.guard.lost = None
-        before = frozenset(descendants.children_of(os.getpid()))  # not the command's: never ended
+        ended = self.terminated()  # a signal while the slot was claimed: the job never starts
+        if ended is None:
+            ended = self.supervise(run, slot, tee, pinger)
+        if ended.args:
+            command = " ".join([self.opts.command, *ended.args])
+            run.command = self.redactor.text(command)[:500]
+        return self.conclude(run, slot, ended, time.monotonic() - started, tee, pinger, catch_up)
 
-        def on_lost(note: str) -> None:
-            self.guard.interrupt_lost(JobInterrupted(Outcome.TAKEN_OVER, EXIT_SKIPPED, note))
-
+    def supervise(self, run: JobRun, slot: Slot | None, tee: Tee, pinger: Pinger) -> Ended:
+        """Fork the job (ops/run/supervisor.py) and see it to its end: its output teed, its
+        heartbeat and start ping sent from here, what it left running ended."""
+        held = claims.held_claim(run)
+        before = frozenset(descendants.children_of(os.getpid()))  # not the job's: never ended
         try:
-            with Heartbeat(run, self.heartbeat, on_lost), captured:
-                try:
-                    with self.guard.command(self.opts.timeout):
-                        exit_code, note = execute(self.opts.command, args)
-                except JobInterrupted as interrupted:
-                    captured.restore()
-                    outcome, exit_code, note = (
-                        interrupted.outcome,
-                        interrupted.exit_code,
-                        interrupted.note,
-                    )
-        except JobInterrupted as late:  # a signal between the command's end and our cleanup
-            captured.restore()
-            outcome, exit_code, note = late.outcome, late.exit_code, late.note
-        duration = time.monotonic() - started
-        # The job may have closed sys.stdout or sys.stderr (ours too, from manage.py).
-        self.stdout, self.stderr = captured.usable(self.stdout), captured.usable(self.stderr)
+            child = fork_job(
+                self.opts.command,
+                lambda: command_line(self.plan, slot),
+                claims.environment(held),
+                held,
+                self.signals,
+            )
+        except OSError as exc:
+            return Ended(Outcome.FAILED, 1, f"could not start the job: {exc.strerror or exc}")
+        supervisor = Supervisor(
+            child, self.signals, timeout=self.opts.timeout, kill_after=self.kill_after
+        )
+        try:
+            tee.start(child.stdout, child.stderr)
+            pinger.start()
+            with Heartbeat(run, self.heartbeat, supervisor.lose):
+                supervisor.wait()
+        finally:
+            self.signals.group = None
+        ended = supervisor.ended(read_report(child.report))
+        supervisor.close()
+        self.lost_claim = ended.outcome == Outcome.TAKEN_OVER
         self.end_leftovers(before)  # before the claim is released: they must not overlap a rerun
-        if outcome == Outcome.SUCCEEDED and exit_code != 0:
-            outcome = Outcome.FAILED
+        tee.join(OUTPUT_GRACE)
+        return ended
+
+    def conclude(
+        self,
+        run: JobRun,
+        slot: Slot | None,
+        ended: Ended,
+        duration: float,
+        tee: Tee,
+        pinger: Pinger,
+        catch_up: bool,
+    ) -> int:
+        """Record the outcome, then the final ping (or, in catch-up, its line of the summary)."""
+        outcome, exit_code, note, tail = ended.outcome, ended.exit_code, ended.note, tee.tail
         if exit_code and self.opts.quiet:
-            captured.replay()
-        captured.close()
-        lost_output = captured.loss_note()
+            tee.replay()
+        tee.close()
+        lost_output = tee.loss_note()
         if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED):
             say(f"job {self.plan.name}: {note}", self.stderr)
             self.stop = True
         if outcome == Outcome.TAKEN_OVER:  # the heartbeat thread said so already
-            note += "; the job was interrupted"
+            note += "; the job was stopped"
         kind = None  # timeouts and signals ping their exit code (/124, /143, /130)
         if lost_output:
             # The log's disk is full (or the reader is gone). The job's outcome stands (a done
@@ -788,7 +382,7 @@ class Runner:
         elif run.outcome == Outcome.TAKEN_OVER:
             # The slot is another run's now: its outcome is the slot's. Not a success, not a
             # failure to alert on (the new holder pings its own); no further slots here.
-            outcome, exit_code, note, kind = run.outcome, run.exit_code, run.note, "log"
+            outcome, exit_code, note, kind = run.outcome, EXIT_SKIPPED, run.note, "log"
             self.stop = True
         if catch_up:
             self.catch_up_failure = self.catch_up_failure or exit_code
@@ -815,8 +409,8 @@ class Runner:
         return exit_code
 
     def end_leftovers(self, before: frozenset[int]) -> None:
-        """End the processes the command left behind (ops/run/descendants.py), after any end of it.
-        A signal meanwhile is only noted by the guard and acted on afterwards."""
+        """End the processes the command left behind (ops/run/descendants.py), after any end of
+        it. A signal meanwhile is only noted, and acted on afterwards."""
         try:
             ended = descendants.end_descendants(exclude=before)
         except Exception as exc:  # never lose the outcome over it
@@ -848,16 +442,16 @@ class Runner:
                 return ""
             except DatabaseError as exc:
                 if attempt == 1:
-                    connection.close()  # the job may have broken the connection: retry once
+                    connection.close()  # a server restart meanwhile: retry once, afresh
                     continue
-                return _one_line(exc)
+                return one_line(exc)
         return ""
 
     def taken_over(self, run: JobRun) -> None:
         """The command ended after its claim was taken over (the heartbeat did not see it in
         time): record it as taken over, never as the slot's outcome."""
         note = taken_over_note(run)
-        if self.guard.lost is None:  # else the heartbeat has said so already
+        if not self.lost_claim:  # else the heartbeat has said so already
             say(f"job {run.job}: {note}", self.stderr)
         ended = f"{run.outcome}, exit {run.exit_code}" if run.exit_code else run.outcome
         run.note = f"{note}; the job had ended by then ({ended})"[:300]
@@ -878,6 +472,28 @@ def run(argv: list[str], *, stdout=None, stderr=None) -> int:
         settle()  # nothing unwritable left in sys.stdout/sys.stderr for the flush at exit
 
 
+def exit_now(code: int) -> None:
+    """End run_job's process with `code`, without the interpreter's slow shutdown (its garbage
+    collection and module teardown cost about a quarter of a fire's CPU): what it printed is
+    flushed, its database connections closed."""
+    settle()
+    connections.close_all()
+    os._exit(code)
+
+
+def outside_transactions() -> None:
+    """The job runs in a child process, on a connection of its own: it cannot see (or wait for)
+    what a caller's open transaction holds, and closing the caller's connection before the fork
+    would end that transaction. call_command("run_job") inside transaction.atomic() is a usage
+    error."""
+    for conn in connections.all(initialized_only=True):
+        if conn.in_atomic_block:
+            raise UsageError(
+                "run_job cannot run inside transaction.atomic() (database "
+                f"{conn.alias!r}): the job runs in a child process with a connection of its own"
+            )
+
+
 def log_option(argv: list[str]) -> str | None:
     """The `--log` of `argv`; also when another option is malformed (its error goes there)."""
     try:
@@ -895,6 +511,7 @@ def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") ->
     stderr = stderr or sys.stderr
     plan = None
     try:
+        outside_transactions()
         plan = resolve(argv, stderr, now=timezone.now())
         runner = Runner(plan, stdout=stdout, stderr=stderr, log_problem=log_problem)
         return runner.run()
@@ -912,8 +529,8 @@ def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") ->
         return 1
     except DatabaseError as exc:
         hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
-        say(f"error: database unavailable: {_one_line(exc)}{hint}", stderr)
-        _fail_ping(plan, argv, f"database unavailable: {_one_line(exc)}{hint}")
+        say(f"error: database unavailable: {one_line(exc)}{hint}", stderr)
+        _fail_ping(plan, argv, f"database unavailable: {one_line(exc)}{hint}")
         return 1
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .crontabd import SPECIALS, CrontabError, Job, Schedule, load_schedule
+from .options import DEFAULT_KILL_AFTER
 
 MANAGED_BY = "cronops"
 LOCK_DIR = "/run/cronops"  # an emptyDir: run_job's lock needs a writable directory in the pod
@@ -376,14 +377,16 @@ def _labels(job: Job, options: ExportOptions) -> dict[str, str]:
 
 def active_deadline(job: Job, options: ExportOptions) -> int | None:
     """Seconds a Job may run: every slot it may run (the current one plus --catch-up) with its
-    --timeout, plus a margin for what comes before run_job's own clock starts (scheduling, image
-    pull, Django's start), plus the standby's bound when the job stands by (its line's
-    --standby, or OPS_STANDBY in these settings): a pod of a second Job for the slot may wait
-    that long, then run it. None without --timeout: the job may run as long as under cron."""
+    --timeout and --kill-after (a timed-out job's SIGKILL comes that much later), plus a
+    margin for what comes before run_job's own clock starts (scheduling, image pull, Django's
+    start), plus the standby's bound when the job stands by (its line's --standby, or
+    OPS_STANDBY in these settings): a pod of a second Job for the slot may wait that long, then
+    run it. None without --timeout: the job may run as long as under cron."""
     timeout = job.options.timeout
     if not timeout:
         return None
-    deadline = math.ceil(timeout) * (1 + (job.options.catch_up or 0)) + options.deadline_margin
+    per_slot = math.ceil(timeout) + math.ceil(job.options.kill_after or DEFAULT_KILL_AFTER)
+    deadline = per_slot * (1 + (job.options.catch_up or 0)) + options.deadline_margin
     return deadline + math.ceil(_standby_bound(job))
 
 

@@ -24,6 +24,9 @@ MAX_CATCH_UP = 100
 # --timeout and --wait: at most 365 days, the largest grace healthchecks.io accepts (the grace
 # sync_healthchecks derives from the timeout).
 MAX_DURATION = 365 * 86400
+# --kill-after's default: seconds between the SIGTERM that stops a job (its --timeout, a signal
+# passed on, a lost claim) and the SIGKILL of its process group.
+DEFAULT_KILL_AFTER = 10.0
 EARLIEST_LOGICAL_DATE = dt.date(1970, 1, 1)
 # A bare `--standby` as the parser sees it. The option's value must be joined with `=`
 # (`--standby=30m`): `--standby charge_daily` would otherwise read the command as its value.
@@ -49,6 +52,7 @@ class RunOptions:
     args: list[str] = field(default_factory=list)
     name: str | None = None
     timeout: float | None = None
+    kill_after: float | None = None
     catch_up: int = 0
     wait: float | None = None
     logical_date: dt.date | None = None
@@ -148,6 +152,13 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
         help="end the job after DURATION (90s, 30m, 2h, 7d; at most 365d): exit 124",
     )
     parser.add_argument(
+        "--kill-after",
+        type=_duration,
+        metavar="DURATION",
+        help="after --timeout's SIGTERM (or a passed SIGTERM/SIGINT), SIGKILL the job's process "
+        "group once DURATION has passed (default 10s)",
+    )
+    parser.add_argument(
         "--catch-up",
         type=_count,
         default=None,
@@ -227,6 +238,7 @@ SCHEDULE_OPTIONS = [
 RUNNER_FIELDS = _FIELDS = [
     "name",
     "timeout",
+    "kill_after",
     "catch_up",
     "wait",
     "logical_date",

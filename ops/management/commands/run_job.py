@@ -41,7 +41,8 @@ class Command(BaseCommand):
             except CommandError as exc:
                 runner.say(f"error: {str(exc).removeprefix('Error: ')}", stderr)
                 raise SystemExit(runner.EXIT_USAGE) from None
-        raise SystemExit(runner.run(run_argv, stdout=self.stdout._out, stderr=stderr))
+        code = runner.run(run_argv, stdout=self.stdout._out, stderr=stderr)
+        runner.exit_now(code)  # manage.py's process ends here, without the slow shutdown
 
     def handle(self, *args, **options):
         # Reached through call_command() only; the shell goes through run_from_argv above.

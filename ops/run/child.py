@@ -1,0 +1,166 @@
+"""The forked child that runs the job's management command (ops/run/supervisor.py forks it).
+
+It starts as a copy of run_job after its claim: Django set up, no thread, no database
+connection open. It takes what a job expects of a process of its own: the default signal
+dispositions (SIGINT raises KeyboardInterrupt, SIGTERM ends it), a process group of its own
+(run_job signals the group: the job's own children too), the claim's OPS_* variables in its
+environment, stdout and stderr on pipes that run_job reads. It runs the command, says how it
+ended on a third pipe (the error line the history keeps), and exits with the command's status
+without the interpreter's slow shutdown.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+from typing import NoReturn
+
+from django.core.management.base import CommandError
+
+from . import claims, descendants
+
+REPORT_MAX = 64 * 1024  # what the parent reads of the report pipe, at most
+
+
+def main(
+    command: str,
+    args: Callable[[], list[str]],
+    environ: dict[str, str | None],
+    claim: object,
+    *,
+    stdout: int,
+    stderr: int,
+    report: int,
+    close: Iterable[int],
+    unblock: Iterable[int],
+    parent: int,
+) -> NoReturn:
+    code = 1
+    try:
+        # A run_job killed with SIGKILL takes its job along, as when the job ran inside it: an
+        # orphaned job would run on while its claim's holder is provably gone.
+        descendants.die_with_parent()
+        if os.getppid() != parent:  # it died before that took effect
+            os._exit(1)
+        os.setpgid(0, 0)
+        signal.set_wakeup_fd(-1)  # run_job's wake-up pipe is not the job's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblock)
+        for fd in close:
+            os.close(fd)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        for fd in {stdout, stderr} - {1, 2}:
+            os.close(fd)
+        _standard_streams()
+        for name, value in environ.items():  # one thread here: a safe time to write environ
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        claims.enter(claim)  # type: ignore[arg-type]
+        argv = args()
+        _say(report, {"args": argv})
+        code, line = execute(command, argv)
+        _say(report, {"code": code, "line": line})
+    except BaseException:
+        with contextlib.suppress(Exception):
+            os.write(2, traceback.format_exc().encode("utf-8", "backslashreplace"))
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _standard_streams() -> None:
+    """sys.stdout and sys.stderr on fds 1 and 2 (the pipes): the caller of an in-process
+    call_command may have replaced them (pytest's capture, a StringIO)."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        try:
+            same = old is not None and old.fileno() == fd
+        except Exception:
+            same = False
+        if same:
+            continue
+        stream = open(
+            fd,
+            "w",
+            encoding=getattr(old, "encoding", None) or "utf-8",
+            errors="backslashreplace",
+            closefd=False,
+        )
+        setattr(sys, name, stream)
+
+
+def _status(code: int) -> int:
+    """An exit status a shell (and a healthchecks /<code> ping) can carry: 0-255, else 1."""
+    return code if 0 <= code <= 255 else 1
+
+
+def execute(command: str, args: list[str]) -> tuple[int, str]:
+    """Run a management command: (exit code as a shell sees it, the error line to record)."""
+    from django.core.management import call_command
+
+    try:
+        call_command(command, *args)
+    except CommandError as exc:
+        line = f"CommandError: {exc}"
+        _write(2, line + "\n")  # after the job's own output
+        return _status(exc.returncode or 1), line
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0, ""
+        if isinstance(exc.code, int):
+            code = _status(exc.code)
+            return code, f"exit {exc.code}" if code else ""
+        _write(2, f"{exc.code}\n")
+        return 1, str(exc.code)
+    except Exception as exc:
+        _write(2, traceback.format_exc())
+        return 1, f"{type(exc).__name__}: {_one_line(exc)}"
+    return 0, ""
+
+
+def _write(fd: int, text: str) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    data = memoryview(text.encode("utf-8", "backslashreplace"))
+    with contextlib.suppress(OSError):
+        while data:
+            data = data[os.write(fd, data) :]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _say(fd: int, message: dict) -> None:
+    data = memoryview((json.dumps(message) + "\n").encode())
+    with contextlib.suppress(OSError):  # the parent judges by the exit status alone then
+        while data:
+            data = data[os.write(fd, data) :]
+
+
+def read_report(fd: int) -> dict:
+    """What the child said, read by the parent once the child has ended (a grandchild may
+    still hold the pipe: what is there is read without waiting for its end)."""
+    os.set_blocking(fd, False)
+    data = b""
+    with contextlib.suppress(OSError):
+        while len(data) < REPORT_MAX and (chunk := os.read(fd, REPORT_MAX)):
+            data += chunk
+    report: dict = {}
+    for line in data.splitlines():
+        with contextlib.suppress(ValueError):
+            message = json.loads(line)
+            if isinstance(message, dict):
+                report.update(message)
+    return report

@@ -1,0 +1,213 @@
+"""What a run_job call means: its options, the declared job, and the slots it serves.
+
+`resolve(argv)` reads the options and crontab.d and refuses (UsageError: exit 2, nothing
+recorded, no ping) anything malformed or that would run something other than what crontab.d
+declares; `plan_slots` says which slots the call runs (catch-up's earlier ones first).
+"""
+
+import contextlib
+import datetime as dt
+import sys
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.core.management import get_commands
+from django.utils import timezone
+
+from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
+from ..schedule.options import OptionsError, RunOptions, merge, parse_run_args, shown
+from ..schedule.slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
+from . import claims, commandargs
+from .commandargs import ArgsRefused, LogicalDateGiven
+from .commandargs import check_args as check_command_args
+from .output import write_fd
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: exit 2, no ping, nothing recorded."""
+
+
+@dataclass
+class Plan:
+    """What to run: the resolved options and the declared job (if any)."""
+
+    options: RunOptions
+    job: Job | None
+
+    @property
+    def name(self) -> str:
+        return self.options.job_name
+
+
+def say(message: str, stream=None) -> None:
+    """One `cronops:` line. Never raises: when the log is full or gone, or a job closed the
+    stream, the history note and the ping carry the message instead."""
+    stream = stream or sys.stdout
+    line = f"cronops: {message}\n"
+    try:
+        fd = stream.fileno()
+    except Exception:
+        fd = None  # a StringIO (tests, call_command), or a stream that is closed
+    if fd is None:
+        with contextlib.suppress(Exception):
+            stream.write(line)
+            stream.flush()
+        return
+    with contextlib.suppress(Exception):
+        stream.flush()  # what the stream already holds comes first
+    # Straight to the descriptor: a failed write must not stay in Python's buffer, where the
+    # flush at exit would fail again and turn the exit code into 1 or 120.
+    write_fd(fd, line)
+
+
+def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Plan:
+    """The options and the declared job `argv` means; UsageError (exit 2, nothing recorded)
+    when it is malformed or would run something other than what crontab.d declares."""
+    try:
+        cli = parse_run_args(argv)
+    except OptionsError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        schedule = load_schedule()
+        job = schedule.get(cli.job_name)
+    except CrontabError as exc:
+        schedule = None
+        job = load_jobs_leniently().get(cli.job_name)
+        if job is None:
+            raise UsageError(f"{exc} (run_job reads crontab.d for the job's schedule)") from None
+        # One bad line stops only its own job: this one's line is valid, so it runs.
+        say(f"warning: {exc} (job {job.name} is declared validly and runs)", stderr)
+    if job is not None and job.options.command != cli.command and cli.command != job.name:
+        raise UsageError(
+            f"job {job.name!r} is declared at {job.path}:{job.lineno} with command "
+            f"{job.options.command!r}, not {cli.command!r}"
+        )
+    if job is None:
+        _check_ad_hoc(cli, schedule)
+        options = cli
+    else:
+        options = merge(job.options, cli)
+        options.name = job.name if job.name != job.options.command else options.name
+    plan = Plan(options=options, job=job)
+    _check_logical_date(plan, from_declaration=job is not None and not cli.args, now=now)
+    return plan
+
+
+def _check_ad_hoc(cli: RunOptions, schedule) -> None:
+    """An ad hoc run (no job of that name in crontab.d) may wrap any command that crontab.d
+    does not declare: a declared command never escapes its slot gate under another name."""
+    commands = get_commands()
+    if cli.command == "run_job":  # a runner inside the runner: two locks, claims and pings
+        spelled = " ".join(cli.args) or "<command>"
+        spelled = spelled if len(spelled) <= 60 else spelled[:60] + "…"
+        raise UsageError(
+            f"run_job cannot run run_job: write the command itself (`run_job {spelled}`)"
+        )
+    if cli.command not in commands:
+        raise UsageError(
+            f"unknown command {shown(cli.command)}: not a management command and not a job in "
+            "crontab.d"
+        )
+    if cli.name is not None and cli.name != cli.command and cli.name in commands:
+        raise UsageError(
+            f"job name {cli.name!r} is the name of another management command: "
+            f"`run_job {cli.name}` would mean that command; choose another --name"
+        )
+    declared = [j for j in schedule.jobs if j.options.command == cli.command] if schedule else []
+    if declared:
+        where = ", ".join(f"{j.name!r} ({j.path}:{j.lineno})" for j in declared)
+        spell = " or ".join(f"`run_job {j.name}`" for j in declared)
+        raise UsageError(
+            f"{cli.command} is declared in crontab.d as job {where}; run it as {spell} (a "
+            "declared command runs only as its declared job, so each slot runs once)"
+        )
+    other = commandargs.history_command(cli.job_name, cli.command)
+    if other is not None:
+        raise UsageError(
+            f"job name {cli.job_name!r} has a history made by command {other!r}, not "
+            f"{cli.command!r}: its slots are {other}'s; choose another --name"
+        )
+
+
+def _check_logical_date(plan: Plan, *, from_declaration: bool, now: dt.datetime | None) -> None:
+    opts = plan.options
+    try:
+        check_command_args(opts.command, opts.args)
+    except LogicalDateGiven as exc:
+        if from_declaration and plan.job is not None:
+            where = f"{plan.job.path}:{plan.job.lineno}: "
+            fix = "remove it from that line: each run gets its slot's date"
+        else:
+            if plan.job is not None:
+                spelled = plan.job.name
+            elif opts.name in (None, opts.command):
+                spelled = opts.command
+            else:
+                spelled = f"--name={opts.name} {opts.command}"
+            where = ""
+            fix = f"write `run_job --logical-date={exc.value or 'YYYY-MM-DD'} {spelled}`"
+        raise UsageError(f"{where}{exc}; {fix}") from None
+    except ArgsRefused as exc:
+        raise UsageError(str(exc)) from None
+    if opts.logical_date is not None:
+        today = timezone.localdate(now or timezone.now(), ZoneInfo(settings.TIME_ZONE))
+        if opts.logical_date > today:
+            # Running a future slot now would make the real run that day a no-op.
+            raise UsageError(
+                f"--logical-date {opts.logical_date} is in the future (today is {today} in "
+                f"{settings.TIME_ZONE})"
+            )
+
+
+def plan_slots(plan: Plan, now: dt.datetime, tz: ZoneInfo) -> list[Slot | None]:
+    opts, expr = plan.options, plan.job.cron_expr if plan.job else None
+    if opts.logical_date is not None:
+        if expr is None:
+            slot = date_slot(opts.logical_date)
+            comes = dt.datetime.combine(opts.logical_date, dt.time(0), tzinfo=tz)
+        else:
+            try:
+                slot = slot_on_date(expr, opts.logical_date, tz)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            comes = slot.at or dt.datetime.combine(opts.logical_date, dt.time(0), tzinfo=tz)
+        if comes > now:
+            # Running a future slot now would make the real run that day a no-op.
+            raise UsageError(
+                f"--logical-date {opts.logical_date} is in the future: its slot ({slot}) has "
+                "not come yet"
+            )
+        return [slot]
+    if expr is None:
+        return [None]  # unscheduled: lock, history and pings, but no slot gate
+    slot = current_slot(expr, now, tz)
+    slots: list[Slot | None] = [slot]
+    if opts.catch_up:
+        # Never at or before the latest succeeded slot, nor before the first claim (README).
+        floor = claims.catch_up_floor(plan.name, tz)
+        if floor.first is not None:
+            earlier = previous_slots(
+                expr, slot, opts.catch_up, tz, after=floor.latest_success, since=floor.first
+            )
+            done = claims.done_keys(plan.name, earlier)
+            slots = [*(s for s in earlier if s.key not in done), slot]
+    return slots
+
+
+def accepts_logical_date(command: str) -> bool:
+    return commandargs.accepts_logical_date(command)  # the parser built once, shared
+
+
+def command_line(plan: Plan, slot: Slot | None) -> list[str]:
+    """The command's arguments for `slot`: its own, plus the slot's date when it takes one
+    (resolve() has refused arguments that carry a date of their own)."""
+    args = list(plan.options.args)
+    if slot is not None and accepts_logical_date(plan.options.command):
+        args.append(f"--logical-date={slot.logical_date.isoformat()}")
+    return args
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,258 @@
+"""The job runs in a forked child that run_job supervises: real processes, signals and databases.
+
+What the job does in its own process (hold the GIL, ignore SIGTERM, sit in a slow COMMIT, die
+and stay unreaped) cannot stop run_job's heartbeat, its timeout or its record.
+"""
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .conftest import base_env
+from .test_runner import ping_to, wait_for_line
+
+# Says who it is and how its signals are set, then works until it is stopped.
+WHO_AM_I = """
+import signal
+default_int = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+print(
+    f"pid={os.getpid()} ppid={os.getppid()} pgid={os.getpgid(0)} "
+    f"term={signal.getsignal(signal.SIGTERM) == signal.SIG_DFL} int={default_int}",
+    flush=True,
+)
+time.sleep(60)
+"""
+
+# One C call that holds the GIL for minutes: catastrophic backtracking in the re engine.
+HOLDS_THE_GIL = """
+import re
+print("working", flush=True)
+re.match(r"(a+)+$", "a" * 34 + "b")
+print("the regex ended", flush=True)
+"""
+
+
+def fields(line: str) -> dict[str, str]:
+    return dict(word.split("=", 1) for word in line.split())
+
+
+def test_the_job_is_a_child_in_a_process_group_of_its_own_with_the_default_signals(
+    sqlite_project, ping_server
+):
+    project = sqlite_project
+    ping_to(project, ping_server)
+    project.add_command("t_who", WHO_AM_I)
+    proc = project.popen("run_job", "t_who")
+    seen = fields(wait_for_line(proc, "pid=").strip().splitlines()[-1])
+    assert int(seen["ppid"]) == proc.pid  # run_job is the parent, never the job itself
+    assert int(seen["pgid"]) == int(seen["pid"]) != os.getpgid(proc.pid)
+    assert (seen["term"], seen["int"]) == ("True", "True")
+    proc.send_signal(signal.SIGTERM)  # to run_job: passed on to the job's group
+    assert proc.wait(15) == 143
+    assert not Path(f"/proc/{seen['pid']}").exists()
+    assert [r[3:5] for r in project.db.runs()] == [("terminated", 143)]
+    assert [req.path for req, _ in ping_server.log][-1].endswith("/t_who/143")
+
+
+def test_sigint_to_run_job_ends_the_job_with_130(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_who", WHO_AM_I)
+    proc = project.popen("run_job", "--no-ping", "t_who")
+    seen = fields(wait_for_line(proc, "pid=").strip().splitlines()[-1])
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(15) == 130
+    assert not Path(f"/proc/{seen['pid']}").exists()
+    assert [r[3:5] for r in project.db.runs()] == [("terminated", 130)]
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_kill_after(sqlite_project):
+    project = sqlite_project
+    project.add_command(
+        "t_stubborn",
+        """
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("working", flush=True)
+        time.sleep(60)
+        """.replace("signal.", "__import__('signal')."),
+    )
+    started = time.monotonic()
+    result = project.run_job("--no-ping", "--timeout=1s", "--kill-after=2s", "t_stubborn")
+    took = time.monotonic() - started
+    assert result.returncode == 124, result.stderr
+    assert 3 <= took < 1 + 2 + 10, took  # the SIGKILL came after --kill-after, not before
+    assert [r[3:6] for r in project.db.runs()] == [("timed_out", 124, "timed out after 1s")]
+
+
+def test_the_timeout_of_a_job_that_holds_the_gil_ends_it_on_time(sqlite_project):
+    project = sqlite_project
+    project.write_env(OPS_HEARTBEAT_SECONDS="1")
+    project.add_command("t_gil", HOLDS_THE_GIL)
+    project.write_cron("t.cron", "0 0 * * * --timeout=4s t_gil\n")
+    started = time.monotonic()
+    proc = project.popen("run_job", "--no-ping", "t_gil")
+    wait_for_line(proc, "working")
+    ages = []
+    while proc.poll() is None:
+        rows = project.db.query("SELECT heartbeat_at FROM ops_slotclaim WHERE state = 'running'")
+        if rows:
+            beat = dt.datetime.fromisoformat(str(rows[0][0]))
+            beat = beat if beat.tzinfo else beat.replace(tzinfo=dt.UTC)
+            ages.append((dt.datetime.now(dt.UTC) - beat).total_seconds())
+        time.sleep(0.2)
+    took = time.monotonic() - started
+    out, err = proc.communicate()
+    assert proc.returncode == 124, err
+    assert took < 4 + 10 + 2, took
+    assert "the regex ended" not in out
+    # The heartbeat thread is run_job's, not the job's: it beat every second all along (the job
+    # in run_job's own process stopped it: 8 s old and counting, a standby's takeover at 3).
+    assert ages and max(ages) < 2.5, ages
+    assert [r[3:5] for r in project.db.runs()] == [("timed_out", 124)]
+
+
+def test_a_slow_commit_cut_by_the_timeout_is_recorded_timed_out_with_one_line(pg_project):
+    """Issue 18: the timeout landed during the job's COMMIT (a deferred constraint trigger makes
+    it take 5 s), and the outcome was lost: a traceback, `database unavailable: could not
+    record the outcome`, and the run left `running`."""
+    project = pg_project
+    project.db.execute(
+        """
+        CREATE TABLE slow_commit (id int);
+        CREATE FUNCTION slow_commit_wait() RETURNS trigger AS $$
+        BEGIN PERFORM pg_sleep(5); RETURN NULL; END $$ LANGUAGE plpgsql;
+        CREATE CONSTRAINT TRIGGER slow_commit_wait AFTER INSERT ON slow_commit
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit_wait();
+        """
+    )
+    project.add_command(
+        "t_commit",
+        """
+        from django.db import connection, transaction
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("INSERT INTO slow_commit VALUES (1)")
+            print("committing", flush=True)
+        print("committed", flush=True)
+        """,
+    )
+    project.write_cron("t.cron", "0 0 * * * --name=slow-commit --timeout=2s t_commit\n")
+    result = project.run_job("--no-ping", "slow-commit")
+    assert result.returncode == 124, result.stderr
+    assert "committing" in result.stdout and "committed\n" not in result.stdout
+    assert result.stderr.splitlines() == ["cronops: job slow-commit: timed out after 2s"]
+    assert [r[3:5] for r in project.db.runs()] == [("timed_out", 124)]
+    assert project.db.query("SELECT state FROM ops_slotclaim") == [("timed_out",)]
+
+
+def test_a_holder_killed_and_left_unreaped_frees_its_slot_at_once(sqlite_project):
+    """A run_job SIGKILLed but not yet waited for by its parent is a zombie: its pid and start
+    time are still in /proc, and the next run said "running ...; standing by" forever."""
+    project = sqlite_project
+    project.add_command("t_who", WHO_AM_I)
+    project.write_cron("t.cron", "0 0 * * * t_who\n")
+    victim = project.popen("run_job", "--no-ping", "t_who")
+    job = fields(wait_for_line(victim, "pid=").strip().splitlines()[-1])
+    os.kill(victim.pid, signal.SIGKILL)  # this test is its parent, and does not reap it yet
+    stat = Path(f"/proc/{victim.pid}/stat")
+    deadline = time.monotonic() + 10
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "run_job never became a zombie"
+        time.sleep(0.02)
+    # The job went with its runner (the kernel's parent-death signal), not on as an orphan.
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{job['pid']}").exists() and not _zombie(int(job["pid"])):
+        assert time.monotonic() < deadline, "the job outlived its runner"
+        time.sleep(0.02)
+    project.add_command("t_who", "print('second run')")
+    started = time.monotonic()
+    second = project.run_job("--no-ping", "t_who")
+    assert time.monotonic() - started < 30
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "second run" in second.stdout
+    assert "as abandoned" in second.stderr
+    assert [r[3] for r in project.db.runs()] == ["abandoned", "succeeded"]
+    victim.wait(5)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
+
+
+def test_run_job_forks_before_it_starts_a_thread_also_when_it_catches_up(
+    sqlite_project, ping_server
+):
+    """Python 3.12+ warns when a multi-threaded process forks (the child may deadlock on a lock
+    another thread held). Every fork of run_job, catch-up slots included, comes before the
+    pings, heartbeat and output threads of its slot, and after those of the slot before."""
+    project = sqlite_project
+    ping_to(project, ping_server, OPS_HEARTBEAT_SECONDS="1")
+    project.write_cron("t.cron", "0 0 * * * --catch-up=3 sleep_demo --seconds=0\n")
+    first_day = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=3)
+    by_hand = project.run_job(f"--logical-date={first_day}", "sleep_demo")
+    assert by_hand.returncode == 0, by_hand.stderr
+    caught_up = project.run_job("sleep_demo", env={"PYTHONWARNINGS": "always"})
+    assert caught_up.returncode == 0, caught_up.stderr
+    assert [r[3] for r in project.db.runs()].count("succeeded") >= 3  # two caught up, or more
+    assert "multi-threaded" not in by_hand.stderr + caught_up.stderr
+
+
+def test_call_command_from_a_thread_still_runs_the_job_in_a_child(tmp_path):
+    """Signal handlers belong to the main thread: from a worker thread run_job passes no
+    signals, and still forks, times out and records."""
+    project_dir = Path(__file__).resolve().parent.parent
+    script = f"""
+import os, sys, threading
+sys.path.insert(0, {str(project_dir)!r})
+os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+import django
+django.setup()
+from django.core.management import call_command
+from django.core.management.base import CommandError
+codes = []
+def work():
+    try:
+        call_command(
+            "run_job", "--no-ping", "--timeout=1s", "--name=threaded", "sleep_demo", "--seconds=30"
+        )
+    except CommandError as exc:
+        codes.append(exc.returncode)
+thread = threading.Thread(target=work)
+thread.start()
+thread.join(60)
+from ops.models import JobRun
+print("codes", codes, [r.outcome for r in JobRun.objects.all()])
+"""
+    env = base_env(
+        OPS_VAR_DIR=str(tmp_path / "var"),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        OPS_CRONTAB_DIR=str(tmp_path),
+    )
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"],
+        cwd=project_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert migrate.returncode == 0, migrate.stderr
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "codes [124] ['timed_out']" in result.stdout, result.stdout + result.stderr
+
+
+def test_no_module_of_ops_is_longer_than_600_lines():
+    root = Path(__file__).resolve().parent.parent / "ops"
+    long = {
+        str(path.relative_to(root)): lines
+        for path in sorted(root.rglob("*.py"))
+        if "migrations" not in path.parts and (lines := len(path.read_text().splitlines())) > 600
+    }
+    assert long == {}
