@@ -18,12 +18,11 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from . import jobs_page
 from .models import Job, JobRun, Outcome, SlotClaim
-from .monitors import status
-from .monitors.status import history_job_names
-from .schedule.crontabd import CrontabError, Schedule, load_schedule
 from .schedule.durations import human_duration
+
+# The jobs page's modules (status, crontab.d, cronsim) are imported by its views, not here:
+# Django imports every app's admin.py at start-up, for every management command.
 
 
 class JobFilter(admin.SimpleListFilter):
@@ -31,6 +30,8 @@ class JobFilter(admin.SimpleListFilter):
     parameter_name = "job"
 
     def lookups(self, request, model_admin):
+        from .monitors.status import history_job_names
+
         return [(name, name) for name in history_job_names(model_admin.model)]
 
     def queryset(self, request, queryset):
@@ -117,6 +118,8 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="outcome", ordering="outcome")
     def outcome_label(self, obj):
+        from . import jobs_page
+
         colour = {
             Outcome.SUCCEEDED: "#1a7f37",
             Outcome.RUNNING: "#0969da",
@@ -196,6 +199,8 @@ class JobAdmin(ReadOnlyAdmin):
         ]
 
     def _context(self, request, title: str, **extra) -> dict:
+        from . import jobs_page
+
         if not self.has_view_permission(request):
             raise PermissionDenied
         return {
@@ -216,6 +221,9 @@ class JobAdmin(ReadOnlyAdmin):
         """(schedule, report, error): crontab.d and status.collect, as job_status does it.
 
         A broken crontab.d is shown as one line above the jobs of the history."""
+        from .monitors import status
+        from .schedule.crontabd import CrontabError, Schedule, load_schedule
+
         error = ""
         try:
             schedule = load_schedule()
@@ -226,6 +234,8 @@ class JobAdmin(ReadOnlyAdmin):
         return schedule, report, error
 
     def jobs_view(self, request):
+        from . import jobs_page
+
         context = self._context(request, "Jobs")
         _, report, error = self._report()
         context.update(
@@ -238,6 +248,9 @@ class JobAdmin(ReadOnlyAdmin):
         return TemplateResponse(request, "admin/ops/job/jobs.html", context)
 
     def job_view(self, request, name: str):
+        from . import jobs_page
+        from .monitors import status
+
         context = self._context(request, f"Job {name}")
         try:
             schedule, report, error = self._report(only=name)

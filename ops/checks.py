@@ -33,11 +33,9 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from . import conf
-from .monitors.redact import known_secrets, unknown_names
-from .schedule.crontab_text import redact
-from .schedule.crontabd import CrontabError, load_schedule
-from .schedule.systemtz import tz_hint, tz_mismatch
-from .schedule.tznames import current_name
+
+# Every app's checks module is imported at start-up, by every command, run_job included (which
+# runs no checks): what the checks need is imported when they run.
 
 SETTINGS_HINT = "see docs/settings.md for every cronops setting and its default"
 
@@ -106,6 +104,8 @@ def check_time_zone(app_configs=None, **kwargs):
 
 
 def _schedule():
+    from .schedule.crontabd import CrontabError, load_schedule
+
     try:
         return load_schedule(check_args=True), None
     except CrontabError as exc:
@@ -126,6 +126,10 @@ def check_crontabd(app_configs=None, **kwargs):
                 id="ops.W004",
             )
         ]
+    from .monitors.redact import known_secrets
+    from .schedule.crontab_text import redact
+    from .schedule.systemtz import tz_hint, tz_mismatch
+
     schedule, error = _schedule()
     messages: list[CheckMessage] = []
     if error is not None:
@@ -175,6 +179,8 @@ def check_crontabd(app_configs=None, **kwargs):
 
 @register(Tags.security, deploy=False)
 def check_redact_names(app_configs=None, **kwargs):
+    from .monitors.redact import unknown_names
+
     try:
         unknown = unknown_names(settings)
     except conf.SettingError:
@@ -192,6 +198,8 @@ def check_redact_names(app_configs=None, **kwargs):
 
 @register(Tags.compatibility, deploy=False)
 def check_time_zone_name(app_configs=None, **kwargs):
+    from .schedule.tznames import current_name
+
     if _time_zone() is None:
         return []
     current = current_name(settings.TIME_ZONE)

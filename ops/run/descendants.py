@@ -22,7 +22,6 @@ command unless someone ends them. Two halves keep a slot from running twice mean
 """
 
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -49,6 +48,8 @@ class Proc:
 def _prctl():
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # here: its import costs every run_job 30 ms, and only a run needs it
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl
@@ -70,6 +71,8 @@ def set_subreaper(on: bool = True) -> bool | None:
     prctl = _prctl()
     if prctl is None:
         return None
+    import ctypes
+
     previous = ctypes.c_int(0)
     if prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(previous), 0, 0, 0) != 0:
         return None

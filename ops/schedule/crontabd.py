@@ -204,8 +204,11 @@ def _field_values(text: str, index: int) -> set[int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def validate_schedule(schedule: str) -> str | None:
-    """None when `schedule` is a valid Debian cron schedule that can fire; else why not."""
+def validate_schedule(schedule: str, second_opinion: bool = False) -> str | None:
+    """None when `schedule` is a valid Debian cron schedule that can fire; else why not.
+
+    `second_opinion` also asks python-crontab (the installer does): its import pulls in
+    asyncio, 60 ms that a run or another command's system checks should not pay."""
     if schedule.startswith("@"):
         if schedule not in SPECIALS:
             return f"unknown schedule {schedule!r}: use five fields or one of {' '.join(SPECIALS)}"
@@ -227,13 +230,7 @@ def validate_schedule(schedule: str) -> str | None:
                 f"never fires: no month in {month!r} has day {min(days)}; "
                 "pick a day every chosen month has"
             )
-    from crontab import CronSlices  # python-crontab: a second opinion on the syntax
-
-    try:
-        second_opinion = CronSlices.is_valid(schedule)
-    except Exception:  # python-crontab 3.4 raises on a name-number range (`sat-7`)
-        second_opinion = True  # its bug, not the schedule's: our rules and cronsim still judge
-    if not second_opinion:
+    if second_opinion and not _python_crontab_reads(schedule):
         return f"bad schedule {schedule!r}: python-crontab cannot read it"
     try:
         from cronsim import CronSim
@@ -242,6 +239,15 @@ def validate_schedule(schedule: str) -> str | None:
     except Exception as exc:
         return f"bad schedule {schedule!r}: the slot maths (cronsim) cannot use it: {exc}"
     return None
+
+
+def _python_crontab_reads(schedule: str) -> bool:
+    from crontab import CronSlices  # python-crontab: a second opinion on the syntax
+
+    try:
+        return bool(CronSlices.is_valid(schedule))
+    except Exception:  # python-crontab 3.4 raises on a name-number range (`sat-7`)
+        return True  # its bug, not the schedule's: our rules and cronsim still judge
 
 
 def _looks_like_a_field(word: str) -> bool:
@@ -329,6 +335,7 @@ def parse_text(
     path: str,
     known_commands: Iterable[str] | None = None,
     check_args=None,
+    second_opinion: bool = False,
 ) -> Schedule:
     """Parse one file's text; raise CrontabError for the first problem.
 
@@ -372,7 +379,7 @@ def parse_text(
             schedule.mailto, schedule.mailto_at = value, f"{path}:{lineno}"
             comment = []
             continue
-        job = _parse_job_line(line, raw, path, lineno, known, check_args)
+        job = _parse_job_line(line, raw, path, lineno, known, check_args, second_opinion)
         if job.name in seen:
             first = seen[job.name]
             raise CrontabError(
@@ -389,7 +396,7 @@ def parse_text(
     return schedule
 
 
-def _parse_job_line(line, raw, path, lineno, known, check_args) -> Job:
+def _parse_job_line(line, raw, path, lineno, known, check_args, second_opinion=False) -> Job:
     if not (line[0].isdigit() or line[0] in "*@?"):
         raise CrontabError(
             path,
@@ -402,7 +409,7 @@ def _parse_job_line(line, raw, path, lineno, known, check_args) -> Job:
         when, argv = split_job_line(line)
     except ValueError as exc:
         raise CrontabError(path, lineno, str(exc), raw) from None
-    problem = validate_schedule(when)
+    problem = validate_schedule(when, second_opinion)
     if problem:
         raise CrontabError(path, lineno, problem, raw)
     try:
@@ -474,12 +481,16 @@ def _parse_job_line(line, raw, path, lineno, known, check_args) -> Job:
 
 
 def load_schedule(
-    directory: Path | str | None = None, known_commands=None, check_args: bool = False
+    directory: Path | str | None = None,
+    known_commands=None,
+    check_args: bool = False,
+    second_opinion: bool = False,
 ) -> Schedule:
     """Every job in `directory/*.cron` (name order); CrontabError on the first problem.
 
     `check_args=True` also runs each job's arguments through its command's parser (the
-    installer and `manage.py check` do; a run does not pay for it).
+    installer and the system checks do; a run does not pay for it). `second_opinion=True` also
+    has python-crontab read each schedule (the installer and the exporter do).
     """
     if directory is None:
         from .. import conf
@@ -500,7 +511,7 @@ def load_schedule(
             text = path.read_bytes().decode("utf-8")  # no newline translation: a CR is an error
         except (OSError, UnicodeDecodeError) as exc:
             raise CrontabError(path, 0, f"cannot read: {exc} (crontab.d files are UTF-8)") from None
-        part = parse_text(text, str(path), known_commands, checker)
+        part = parse_text(text, str(path), known_commands, checker, second_opinion)
         for job in part.jobs:
             if job.name in seen:
                 first = seen[job.name]

@@ -382,7 +382,7 @@ def install_crontab(
     if not remove:
         if schedule is None:
             try:
-                schedule = load_schedule(check_args=True)
+                schedule = load_schedule(check_args=True, second_opinion=True)
             except CrontabError as exc:
                 message = redact(f"crontab.d: {exc}", known_secrets(settings))
                 raise InstallError(message, EXIT_CRONTABD) from None

@@ -482,7 +482,7 @@ def export(
     options.check()
     check_database(databases)
     try:
-        schedule = load_schedule(crontab_dir, check_args=True)
+        schedule = load_schedule(crontab_dir, check_args=True, second_opinion=True)
     except CrontabError as exc:
         raise ExportError(str(exc)) from None
     return cronjobs(schedule, time_zone, options, today=today)

@@ -1,0 +1,142 @@
+"""P9: what run_job costs a fresh `django-admin startproject`, and what cronops costs the rest.
+
+In a new project made by this virtualenv's `django-admin startproject`, with one app whose
+command `noop` does nothing, alternating (the order reversed every other round) N rounds of:
+
+  bare      manage.py noop                      settings without cronops
+  with_ops  manage.py noop                      the README's adoption: "ops" in INSTALLED_APPS
+                                                and the load_env line
+  run_job   manage.py run_job --no-ping noop    the same settings; a migrated SQLite database
+  sketch    the bare mechanism of issue 18 (django.setup(), close the connections, fork,
+            call_command in the child, os._exit in both), for reference
+
+CPU time (user + system of the process and its waited-for children, which includes the job's
+forked child) is compared per round against `bare` of the same round; the medians of those
+ratios are the figures. Goals (issue 18): run_job ≤ 0.80 of bare; with_ops ≤ 1.03 of bare.
+Usage: python bench/bench_fork.py [--rounds N]
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import goal, median, timed_cpu
+
+NOOP = """\
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Does nothing (benchmarks)."
+
+    def handle(self, *args, **options):
+        pass
+"""
+
+ADOPTION = """
+
+INSTALLED_APPS += ["ops"]
+
+from ops.env import load_env  # noqa: E402
+
+load_env(BASE_DIR / ".env")
+"""
+
+SKETCH = """\
+import os
+import sys
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+django.setup()
+from django.core.management import call_command  # noqa: E402
+from django.db import connections  # noqa: E402
+
+connections.close_all()
+pid = os.fork()
+if pid == 0:
+    call_command("noop")
+    sys.stdout.flush()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+sys.stdout.flush()
+os._exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def startproject() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="cronops-p9-"))
+    if not os.environ.get("BENCH_KEEP"):
+        import atexit
+
+        atexit.register(shutil.rmtree, root, True)
+    admin = Path(sys.executable).with_name("django-admin")
+    subprocess.run([str(admin), "startproject", "mysite", str(root)], check=True)
+    commands = root / "shop" / "management" / "commands"
+    commands.mkdir(parents=True)
+    for package in (root / "shop", root / "shop" / "management", commands):
+        (package / "__init__.py").write_text("")
+    (commands / "noop.py").write_text(NOOP)
+    plain = root / "mysite" / "settings.py"
+    text = plain.read_text().replace(
+        "'django.contrib.staticfiles',", "'django.contrib.staticfiles',\n    'shop',"
+    )
+    assert "'shop'," in text, "startproject's INSTALLED_APPS changed its spelling"
+    plain.write_text(text)
+    (root / "mysite" / "settings_ops.py").write_text(text + ADOPTION)
+    (root / "crontab.d").mkdir()
+    (root / "sketch.py").write_text(SKETCH)
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mysite.settings_ops"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=root, env=env, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root)], check=True)
+    return root
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=21)
+    rounds = parser.parse_args().rounds
+    root = startproject()
+    py = sys.executable
+    plain, ops = (
+        {"DJANGO_SETTINGS_MODULE": "mysite.settings"},
+        {"DJANGO_SETTINGS_MODULE": "mysite.settings_ops"},
+    )
+    variants = {
+        "bare": ([py, "manage.py", "noop"], plain),
+        "with_ops": ([py, "manage.py", "noop"], ops),
+        "run_job": ([py, "manage.py", "run_job", "--no-ping", "noop"], ops),
+        "sketch": ([py, "sketch.py"], plain),
+    }
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(2):  # warm the page cache
+        for argv, extra in variants.values():
+            timed_cpu(argv, cwd=root, extra_env=extra)
+    for r in range(rounds):
+        order = list(variants.items())
+        for name, (argv, extra) in order if r % 2 else reversed(order):
+            _, _, code, seconds = timed_cpu(argv, cwd=root, extra_env=extra)
+            assert code == 0, f"{name} exited {code}"
+            cpu[name].append(seconds)
+    print(f"rounds: {rounds} (alternating, the order reversed every other round); CPU ms median")
+    ratios = {}
+    for name, values in cpu.items():
+        ratios[name] = median([v / b for v, b in zip(values, cpu["bare"], strict=True)])
+        ms = median(values) * 1000
+        print(f"  {name:9} {ms:6.0f} ms   per-round ratio to bare {ratios[name]:.3f}")
+    run_job, with_ops = ratios["run_job"], ratios["with_ops"]
+    goal("P9", f"run_job --no-ping noop vs bare noop, CPU {run_job:.3f} (≤ 0.80)", run_job <= 0.80)
+    goal(
+        "P9", f"other commands with cronops adopted, CPU {with_ops:.3f} (≤ 1.03)", with_ops <= 1.03
+    )
+
+
+if __name__ == "__main__":
+    main()
