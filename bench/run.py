@@ -1,4 +1,4 @@
-"""`make bench` / `make faults`: run every benchmark (P1-P8) or fault scenario (F1-F9), then
+"""`make bench` / `make faults`: run every benchmark (P1-P9) or fault scenario (F1-F10), then
 print the machine and a summary of every goal (met / NOT met).
 
     .venv/bin/python bench/run.py bench|faults [--only P4,F2] [--quick]
@@ -21,7 +21,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-GOAL = re.compile(r"^([PF]\d) (.*): (met|NOT met)$")
+GOAL = re.compile(r"^([PF]\d+) (.*): (met|NOT met)$")
 
 SUITES = {
     "bench": [
@@ -40,6 +40,7 @@ SUITES = {
             ["bench_jobs_page.py"],
             ["bench_jobs_page.py", "--rows", "50000", "--repeat", "3"],
         ),
+        ("P9", ["bench_fork.py"], ["bench_fork.py", "--rounds", "5"]),
     ],
     "faults": [
         ("F1", ["faults/f1_sigkill.py"], ["faults/f1_sigkill.py", "--runs", "10"]),
@@ -55,6 +56,7 @@ SUITES = {
         ("F7", ["faults/f7_clock.py"], None),
         ("F8", ["faults/f8_property.py"], ["faults/f8_property.py", "--quick"]),
         ("F9", ["faults/f9_standby.py"], ["faults/f9_standby.py", "--quick"]),
+        ("F10", ["faults/f10_environ.py"], ["faults/f10_environ.py", "--runs", "100"]),
     ],
 }
 
