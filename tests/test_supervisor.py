@@ -97,6 +97,9 @@ def test_the_timeout_of_a_job_that_holds_the_gil_ends_it_on_time(sqlite_project)
     wait_for_line(proc, "working")
     ages = []
     while proc.poll() is None:
+        if time.monotonic() - started > 4 + 10 + 2:
+            proc.kill()
+            raise AssertionError("the run outlived --timeout + --kill-after + 2 s")
         rows = project.db.query("SELECT heartbeat_at FROM ops_slotclaim WHERE state = 'running'")
         if rows:
             beat = dt.datetime.fromisoformat(str(rows[0][0]))
