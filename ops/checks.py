@@ -10,6 +10,7 @@
 | ops.E007 | error | settings.BASE_DIR is not defined (the paths' defaults come from it) |
 | ops.E008 | error | USE_TZ is off (slots and runs are stored as aware datetimes) |
 | ops.E009 | error | TIME_ZONE is not a time zone Python knows |
+| ops.E010 | error | `.env` has a line load_env could not load (not UTF-8, unparsable) |
 | ops.W001 | warning | healthchecks.io pings are not configured for scheduled jobs |
 | ops.W002 | warning | `.env` is readable by its group (unless root owns it and the group is ours) |
 | ops.W003 | warning | the system time zone differs from TIME_ZONE (install_crontab refuses) |
@@ -72,6 +73,15 @@ def check_settings(app_configs=None, **kwargs):
                     "OPS_LOCK_DIR and OPS_LOG_DIR to absolute paths (install_crontab still "
                     "needs BASE_DIR to find manage.py)",
                     id="ops.E007",
+                )
+            )
+        elif isinstance(problem, conf.EnvFileError):
+            messages.append(
+                Error(
+                    str(problem),
+                    hint="fix that line (UTF-8, NAME=value, quotes closed); run_job and "
+                    "job_status refuse to run until then",
+                    id="ops.E010",
                 )
             )
         else:

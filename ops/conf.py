@@ -309,9 +309,20 @@ GETTERS = {
 }
 
 
+class EnvFileError(SettingError):
+    """A `.env` line load_env could not load (ops/env.py); str() is that one line."""
+
+    def __init__(self, line: str):
+        ImproperlyConfigured.__init__(self, line)
+        self.name = ".env"
+
+
 def problems(source=None) -> list[SettingError]:
-    """Every setting whose value cannot be used (a missing BASE_DIR counts once)."""
-    found: list[SettingError] = []
+    """Every setting whose value cannot be used (a missing BASE_DIR counts once), after what
+    `.env` could not give (its values may be what the others miss)."""
+    from . import env
+
+    found: list[SettingError] = [EnvFileError(line) for line in env.problems]
     for getter in GETTERS.values():
         try:
             getter(source)

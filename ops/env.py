@@ -13,17 +13,59 @@ share between an operator's shell, a deploy and cron:
 - no interpolation: `${HOME}` or `$X` in a value stays as written, so a secret containing `$`
   is kept byte for byte.
 
-A missing file is not an error (a developer machine may have none).
+A missing file is not an error (a developer machine may have none). A file that cannot be read,
+is not UTF-8, or has lines python-dotenv cannot parse is not an exception in the settings
+module (every process would die with a traceback there): each problem is kept in `problems`,
+one line naming the file and the line, and run_job, job_status and the system checks refuse to
+go on with it (a garbled DATABASE_URL line would otherwise run jobs against another database).
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
+
+# What load_env could not load, one line each: "<path>:<line>: <why>".
+problems: list[str] = []
+
+_NAME = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*=")
 
 
 def load_env(path: str | os.PathLike[str]) -> bool:
     """Put the variables of the dotenv file `path` into os.environ, without overriding any
-    already set; True when the file holds at least one variable."""
-    from dotenv import load_dotenv
+    already set; True when the file holds at least one variable. Problems go to `problems`."""
+    from dotenv.parser import parse_stream
 
-    return load_dotenv(path, override=False, interpolate=False)
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+        return False
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        problems.append(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); nothing was loaded "
+            "from the file"
+        )
+        return False
+    loaded = False
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            found = _NAME.match(binding.original.string)
+            what = f"{found.group(1)} was not loaded" if found else "that line was not loaded"
+            problems.append(
+                f"{path}:{binding.original.line}: python-dotenv cannot parse it (an "
+                f"unterminated quote?): {what}"
+            )
+            continue
+        if binding.key is None or binding.value is None:
+            continue  # a bare NAME line: python-dotenv sets nothing for it either
+        loaded = True
+        os.environ.setdefault(binding.key, binding.value)
+    return loaded

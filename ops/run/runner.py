@@ -481,6 +481,15 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
+def env_file_usable() -> None:
+    """A `.env` line that could not be loaded (ops/env.py) is a usage error: the job would run
+    without that variable (a garbled DATABASE_URL: against another database)."""
+    from .. import env
+
+    if env.problems:
+        raise UsageError(env.problems[0])
+
+
 def outside_transactions() -> None:
     """The job runs in a child process, on a connection of its own: it cannot see (or wait for)
     what a caller's open transaction holds, and closing the caller's connection before the fork
@@ -511,6 +520,7 @@ def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") ->
     stderr = stderr or sys.stderr
     plan = None
     try:
+        env_file_usable()
         outside_transactions()
         plan = resolve(argv, stderr, now=timezone.now())
         runner = Runner(plan, stdout=stdout, stderr=stderr, log_problem=log_problem)
