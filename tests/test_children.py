@@ -24,8 +24,10 @@ child.wait()
 """
 
 
-def carrying(run_id: int) -> list[int]:
-    """The live processes whose environment says OPS_RUN_ID=<run_id> (the test's own scan)."""
+def carrying(run_id: int, project) -> list[int]:
+    """The live processes whose environment says OPS_RUN_ID=<run_id>, of this test's project
+    (its LEDGER: another test's run has the same id in its own database)."""
+    ledger = f"LEDGER={project.dir / 'ledger'}".encode()
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -35,7 +37,7 @@ def carrying(run_id: int) -> list[int]:
             state = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if f"OPS_RUN_ID={run_id}".encode() in environ and state != b"Z":
+        if f"OPS_RUN_ID={run_id}".encode() in environ and ledger in environ and state != b"Z":
             found.append(int(name))
     return found
 
@@ -65,8 +67,9 @@ def setup(project) -> dict:
 def test_a_timeout_ends_the_jobs_child_processes_before_the_rerun_runs_the_slot_once(
     sqlite_project, own_group
 ):
-    """The timeout's SIGTERM goes to the job's process group, which its shell is in; a child
-    that left the group (setsid) is found below run_job and ended before the record."""
+    """The timeout's SIGTERM goes to the job's process group, which its shell is in, and to
+    every process below run_job: a child that left the group (setsid) too. (One still dying
+    when the job's own end is seen may be named as a leftover: it is ended either way.)"""
     project = sqlite_project
     env = {**setup(project), **({"OWN_GROUP": "1"} if own_group else {})}
     args = ("--no-ping", "--logical-date=2026-11-25")
@@ -74,12 +77,8 @@ def test_a_timeout_ends_the_jobs_child_processes_before_the_rerun_runs_the_slot_
     assert first.returncode == 124, first.stdout + first.stderr
     run_id = project.db.query("SELECT id FROM ops_jobrun")[0][0]
     # The shell and its sleep are gone: no "end" can ever reach the ledger.
-    assert carrying(run_id) == []
+    assert carrying(run_id, project) == []
     assert not Path(f"/proc/{started_pids(project)[0]}").exists()
-    if own_group:
-        assert "ended 2 leftover processes of the command: sh" in first.stderr
-    else:
-        assert "leftover" not in first.stderr  # the group's SIGTERM reached them
 
     second = project.run_job(*args, "t_shell", env={**env, "CHILD_SLEEP": "0"})
     assert second.returncode == 0, second.stdout + second.stderr
@@ -111,7 +110,7 @@ def test_a_killed_runner_whose_child_still_runs_keeps_its_slot_until_the_child_i
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     run_id = project.db.query("SELECT id FROM ops_jobrun")[0][0]
-    orphans = carrying(run_id)
+    orphans = carrying(run_id, project)
     assert orphans, "the shell and its sleep outlive the killed runner"
 
     blocked = project.run_job(*args, env={**env, "CHILD_SLEEP": "0"})
@@ -125,7 +124,7 @@ def test_a_killed_runner_whose_child_still_runs_keeps_its_slot_until_the_child_i
 
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
-    until(lambda: carrying(run_id) == [])
+    until(lambda: carrying(run_id, project) == [])
     again = project.run_job(*args, env={**env, "CHILD_SLEEP": "0"})
     assert again.returncode == 0, again.stdout + again.stderr
     assert "recorded the dead attempt" in again.stderr
@@ -158,5 +157,5 @@ def test_a_worker_the_job_left_running_is_ended_when_the_job_returns(sqlite_proj
     worker = int((project.dir / "ledger.pid").read_text())
     assert not Path(f"/proc/{worker}").exists()
     run_id = project.db.query("SELECT id FROM ops_jobrun")[0][0]
-    assert carrying(run_id) == []
+    assert carrying(run_id, project) == []
     assert [r[3] for r in project.db.runs()] == ["succeeded"]

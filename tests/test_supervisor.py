@@ -259,3 +259,171 @@ def test_no_module_of_ops_is_longer_than_600_lines():
         if "migrations" not in path.parts and (lines := len(path.read_text().splitlines())) > 600
     }
     assert long == {}
+
+
+def test_a_failure_with_a_huge_or_undecodable_message_is_recorded_failed(sqlite_project):
+    """The child reports its error line on a pipe run_job read only after the child's end: a
+    message over the pipe's 64 KiB hung the finished job (found by review); a file name with
+    a surrogate (os.fsdecode of a non-UTF-8 name) crashed the record."""
+    project = sqlite_project
+    russian = "Не удалось списать: ошибка"  # noqa: RUF001  (a Russian team's error message)
+    project.add_command("t_big", f"raise CommandError({russian!r} + ' ошибка' * 20000)")
+    project.add_command(
+        "t_fsname", "raise CommandError('cannot parse ' + os.fsdecode(b'/srv/\\xff\\xfe.csv'))"
+    )
+    big = project.run_job("--no-ping", "--timeout=60s", "t_big", timeout=60)
+    odd = project.run_job("--no-ping", "t_fsname", timeout=60)
+    assert (big.returncode, odd.returncode) == (1, 1), big.stderr[-500:] + odd.stderr[-500:]
+    rows = project.db.runs()
+    assert [r[3:5] for r in rows] == [("failed", 1), ("failed", 1)]
+    assert rows[0][5].startswith(f"CommandError: {russian}") and len(rows[0][5]) <= 300
+    assert rows[1][5] == "CommandError: cannot parse /srv/\\udcff\\udcfe.csv"
+    assert "Traceback" not in odd.stderr.split("CommandError")[0]
+
+
+def test_sigtstp_stops_the_job_with_run_job_and_sigcont_resumes_both(sqlite_project):
+    """Ctrl-Z stopped run_job but not its job: its heartbeat went stale while the job ran on,
+    and another server took the slot over with the first job still running (review)."""
+    project = sqlite_project
+    project.add_command("t_who", WHO_AM_I)
+    proc = project.popen("run_job", "--no-ping", "t_who")
+    job = int(fields(wait_for_line(proc, "pid=").strip().splitlines()[-1])["pid"])
+    proc.send_signal(signal.SIGTSTP)
+    wait_until(lambda: {_state(proc.pid), _state(job)} == {"T"}, "run_job and its job stopped")
+    proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: "T" not in {_state(proc.pid), _state(job)}, "both running again")
+    proc.send_signal(signal.SIGHUP)  # ends a run as SIGTERM does
+    assert proc.wait(15) == 129
+    assert [r[3:5] for r in project.db.runs()] == [("terminated", 129)]
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def wait_until(condition, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+def test_a_job_that_leaves_its_process_group_still_times_out_on_time(sqlite_project):
+    project = sqlite_project
+    project.add_command(
+        "t_jump",
+        """
+        os.setpgid(0, os.getpgid(os.getppid()))  # into run_job's group: killpg misses it
+        print("jumped", flush=True)
+        time.sleep(30)
+        print("finished anyway", flush=True)
+        """,
+    )
+    started = time.monotonic()
+    result = project.run_job("--no-ping", "--timeout=1s", "--kill-after=1s", "t_jump")
+    assert result.returncode == 124, result.stderr
+    assert time.monotonic() - started < 1 + 1 + 10
+    assert "finished anyway" not in result.stdout
+
+
+def test_a_job_never_reads_the_terminal_and_never_writes_into_its_own_files(sqlite_project):
+    """A job in a process group of its own that read the terminal was stopped by SIGTTIN (and
+    a timeout's SIGTERM cannot end a stopped process); a job that closed every descriptor and
+    opened a file at the report pipe's number got run_job's report in that file (review)."""
+    import pty
+
+    project = sqlite_project
+    project.add_command(
+        "t_reads",
+        """
+        print("read", repr(sys.stdin.read()), flush=True)
+        os.closerange(3, 1024)
+        mine = [os.open(os.path.join(os.environ["OUT"], f"f{i}"), os.O_CREAT | os.O_WRONLY)
+                for i in range(20)]
+        print("opened", len(mine), flush=True)
+        """,
+    )
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run(
+            project.command("run_job", "--no-ping", "--timeout=20s", "t_reads"),
+            cwd=project.dir,
+            env=base_env(OUT=str(project.dir)),
+            stdin=follower,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert result.returncode == 0, result.stderr
+    assert "read ''" in result.stdout and "opened 20" in result.stdout
+    assert all(p.read_bytes() == b"" for p in project.dir.glob("f*"))
+    assert [r[3] for r in project.db.runs()] == ["succeeded"]
+
+
+def test_the_job_inherits_neither_run_jobs_lock_nor_its_signal_handlers(sqlite_project):
+    project = sqlite_project
+    project.add_command(
+        "t_fds",
+        """
+        import signal
+        fds = {int(fd): os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+               if os.path.exists(f"/proc/self/fd/{fd}")}
+        print("lock inherited", any(t.endswith(".lock") for t in fds.values()), flush=True)
+        print("term default", signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, flush=True)
+        """,
+    )
+    result = project.run_job("--no-ping", "t_fds")
+    assert result.returncode == 0, result.stderr
+    assert "lock inherited False" in result.stdout
+    assert "term default True" in result.stdout
+
+
+def test_a_job_that_crashes_is_a_failure_a_standby_does_not_run_again(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_crash", "import ctypes; ctypes.string_at(0)")
+    result = project.run_job("--no-ping", "t_crash")
+    assert result.returncode == 139, result.stderr
+    assert "the job was killed by SIGSEGV" in result.stderr or result.stderr == ""
+    assert [r[3:6] for r in project.db.runs()] == [("failed", 139, "the job was killed by SIGSEGV")]
+
+
+def test_a_declared_job_whose_module_cannot_import_is_recorded_with_the_error(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_broken", "pass")
+    path = project.dir / "commands" / "management" / "commands" / "t_broken.py"
+    path.write_text("import no_such_module_here\n")
+    project.write_cron("t.cron", "0 3 * * * --name=broken-job t_broken\n")
+    result = project.run_job("--no-ping", "broken-job")
+    assert result.returncode == 1
+    [run] = project.db.runs()
+    assert run[3] == "failed" and "No module named 'no_such_module_here'" in run[5]
+    # the job's own traceback (call_command's import), not one through cronops' planning
+    assert "ops/run/plan.py" not in result.stderr and "commandargs" not in result.stderr
+
+
+def test_quiet_with_a_full_temporary_directory_passes_the_output_through(sqlite_project, tmp_path):
+    """--quiet spools the output to a temporary file; on a full disk the spool's error closed
+    the job's pipe (the job died of EPIPE) and crashed the replay (run left `running`)."""
+    from .conftest import require
+
+    require(os.geteuid() == 0, "needs root to mount a small tmpfs")
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], check=True)
+    try:
+        project = sqlite_project
+        project.add_command("t_chatty", "for i in range(20000): print('line', i)")
+        result = project.run_job("--quiet", "--no-ping", "t_chatty", env={"TMPDIR": str(tiny)})
+    finally:
+        subprocess.run(["umount", str(tiny)], check=True)
+    assert result.returncode == 0, result.stderr
+    assert "line 19999" in result.stdout  # passed through once the spool was full
+    assert "--quiet could not spool the output (No space left on device)" in result.stderr
+    [run] = project.db.runs()
+    assert run[3] == "succeeded" and "could not spool" in run[5]

@@ -135,4 +135,7 @@ class Redactor:
         return b"".join(out)
 
     def text(self, text: str) -> str:
-        return self.bytes(text.encode()).decode("utf-8", "replace") if self else text
+        """`text` redacted, and encodable as UTF-8 (a file name or argument that came through
+        os.fsdecode carries surrogates, which the database and a ping body cannot hold)."""
+        data = text.encode("utf-8", "backslashreplace")
+        return (self.bytes(data) if self else data).decode("utf-8", "replace")

@@ -2,11 +2,13 @@
 
 It starts as a copy of run_job after its claim: Django set up, no thread, no database
 connection open. It takes what a job expects of a process of its own: the default signal
-dispositions (SIGINT raises KeyboardInterrupt, SIGTERM ends it), a process group of its own
-(run_job signals the group: the job's own children too), the claim's OPS_* variables in its
-environment, stdout and stderr on pipes that run_job reads. It runs the command, says how it
-ended on a third pipe (the error line the history keeps), and exits with the command's status
-without the interpreter's slow shutdown.
+dispositions (SIGINT raises KeyboardInterrupt, SIGTERM ends it; handlers an in-process caller
+had installed are gone), a process group of its own (run_job signals the group: the job's own
+children too), the claim's OPS_* variables in its environment, stdout and stderr on pipes that
+run_job reads, stdin as run_job had it (but /dev/null instead of a terminal: the job's group is
+not the terminal's, and a read would stop it). It runs the command, says how it ended on a
+third pipe (the error line the history keeps), and exits with the command's status without the
+interpreter's slow shutdown.
 """
 
 import contextlib
@@ -22,7 +24,9 @@ from django.core.management.base import CommandError
 
 from . import claims, descendants
 
-REPORT_MAX = 64 * 1024  # what the parent reads of the report pipe, at most
+REPORT_MAX = 16 * 1024  # what the parent keeps of the report pipe, at most
+LINE_MAX = 300  # the history's note
+COMMAND_MAX = 500  # the history's command line
 
 
 def main(
@@ -46,28 +50,32 @@ def main(
         if os.getppid() != parent:  # it died before that took effect
             os._exit(1)
         os.setpgid(0, 0)
-        signal.set_wakeup_fd(-1)  # run_job's wake-up pipe is not the job's
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _default_signals()
         signal.pthread_sigmask(signal.SIG_SETMASK, unblock)
         for fd in close:
-            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         os.dup2(stdout, 1)
         os.dup2(stderr, 2)
         for fd in {stdout, stderr} - {1, 2}:
             os.close(fd)
+        _no_terminal_stdin()
         _standard_streams()
+        reporter = Reporter(report)
         for name, value in environ.items():  # one thread here: a safe time to write environ
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
         claims.enter(claim)  # type: ignore[arg-type]
-        argv = args()
-        _say(report, {"args": argv})
+        try:
+            argv = args()
+        except Exception:  # the command cannot load: call_command meets it and says why
+            argv = []
+        reporter.say({"command": _cut(" ".join([command, *argv]), COMMAND_MAX)})
         code, line = execute(command, argv)
-        _say(report, {"code": code, "line": line})
-    except BaseException:
+        reporter.say({"code": code, "line": _cut(line, LINE_MAX)})
+    except BaseException:  # KeyboardInterrupt too: the job ends here either way
         with contextlib.suppress(Exception):
             os.write(2, traceback.format_exc().encode("utf-8", "backslashreplace"))
     finally:
@@ -75,6 +83,24 @@ def main(
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+
+
+def _default_signals() -> None:
+    """What a new Python process has: SIGINT raises KeyboardInterrupt, every other signal an
+    in-process caller (or run_job) handled in Python gets its default action back."""
+    signal.set_wakeup_fd(-1)  # run_job's wake-up pipe is not the job's
+    for sig in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _no_terminal_stdin() -> None:
+    if os.isatty(0):
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
 
 
 def _standard_streams() -> None:
@@ -88,7 +114,7 @@ def _standard_streams() -> None:
             same = False
         if same:
             continue
-        stream = open(
+        stream = open(  # never closed: the process ends with os._exit
             fd,
             "w",
             encoding=getattr(old, "encoding", None) or "utf-8",
@@ -142,21 +168,37 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _say(fd: int, message: dict) -> None:
-    data = memoryview((json.dumps(message) + "\n").encode())
-    with contextlib.suppress(OSError):  # the parent judges by the exit status alone then
-        while data:
-            data = data[os.write(fd, data) :]
+def _cut(text: str, limit: int) -> str:
+    """At most `limit` characters, encodable as UTF-8 (a file name from os.listdir may carry
+    surrogates, which the database and the redactor refuse)."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def read_report(fd: int) -> dict:
-    """What the child said, read by the parent once the child has ended (a grandchild may
-    still hold the pipe: what is there is read without waiting for its end)."""
-    os.set_blocking(fd, False)
-    data = b""
-    with contextlib.suppress(OSError):
-        while len(data) < REPORT_MAX and (chunk := os.read(fd, REPORT_MAX)):
-            data += chunk
+class Reporter:
+    """Writes the report to its pipe, and only to it: a job that closed the descriptor and
+    opened a file of its own in its place must not get our report in that file."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        info = os.fstat(fd)
+        self.identity = (info.st_dev, info.st_ino)
+
+    def say(self, message: dict) -> None:
+        try:
+            info = os.fstat(self.fd)
+        except OSError:
+            return
+        if (info.st_dev, info.st_ino) != self.identity:
+            return  # the parent then judges by the exit status alone
+        data = memoryview((json.dumps(message, ensure_ascii=False) + "\n").encode())
+        with contextlib.suppress(OSError):
+            while data:
+                data = data[os.write(self.fd, data) :]
+
+
+def parse_report(data: bytes) -> dict:
+    """The child's report, as the parent read it (a line it cannot read is skipped)."""
     report: dict = {}
     for line in data.splitlines():
         with contextlib.suppress(ValueError):

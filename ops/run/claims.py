@@ -126,7 +126,10 @@ def survivor(row: SlotClaim) -> descendants.Proc | None:
     """A process of the holder's run that still runs on this machine although the holder's
     own process is gone: a child of the job that inherited OPS_RUN_ID. Asked only once the
     holder is known dead, so a scan of /proc is paid only then."""
-    return descendants.survivor(row.run_id) if row.run_id else None
+    if not row.run_id:
+        return None
+    mark = holder_mark(row.pid, row.holder_started) if row.holder_started is not None else ""
+    return descendants.survivor(row.run_id, row.job, holder=mark)
 
 
 def _holder_fields(identity: process.Identity, host: str, heartbeat: float) -> dict:
@@ -442,10 +445,22 @@ def held_claim(run: JobRun) -> HeldClaim | None:
     return None
 
 
-def environment(held: HeldClaim | None) -> dict[str, str | None]:
+ENV_HOLDER = "OPS_HOLDER"
+
+
+def holder_mark(pid: int, started: int | None) -> str:
+    """OPS_HOLDER's value: the run_job process (pid and start time) a job's process belongs to.
+    With it, the survivor scan tells this machine's projects apart: two projects' databases
+    both have a run #1 of a job `backup` for today."""
+    return f"{pid}:{started}"
+
+
+def environment(held: HeldClaim | None, holder: process.Identity) -> dict[str, str | None]:
     """The OPS_* variables the job's process gets (None: removed, so that the variables of a
     run_job this one runs under do not leak into a run without a slot)."""
-    return dict(zip(_ENV_NAMES, _env_values(held), strict=True))
+    values = dict(zip(_ENV_NAMES, _env_values(held), strict=True))
+    values[ENV_HOLDER] = holder_mark(holder.pid, holder.started) if held else None
+    return values
 
 
 def enter(held: HeldClaim | None) -> None:

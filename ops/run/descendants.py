@@ -186,6 +186,14 @@ def _signal(pid: int, sig: int, root: int, exclude: frozenset[int]) -> bool:
             os.close(fd)
 
 
+def signal_descendants(sig: int, exclude: frozenset[int] = frozenset()) -> None:
+    """`sig` to every live process below this one outside `exclude`'s subtrees (each checked
+    through a pidfd, as end_descendants does)."""
+    root = os.getpid()
+    for pid in descendants(root, exclude):
+        _signal(pid, sig, root, exclude)
+
+
 def _reap(root: int) -> None:
     """Reap the zombies that are this process's own children (orphans that reparented here, or
     the command's direct children), one pid at a time: never another owner's child."""
@@ -234,10 +242,16 @@ def end_descendants(
     return sorted(ended.values(), key=lambda p: p.pid)
 
 
-def survivor(run_id: int, *, skip: int | None = None) -> Proc | None:
-    """A live process of this pid namespace whose environment carries OPS_RUN_ID=`run_id`
-    (a child of that run), or None. Processes that vanish or cannot be read are skipped."""
+def survivor(
+    run_id: int, job: str = "", *, holder: str = "", skip: int | None = None
+) -> Proc | None:
+    """A live process of this pid namespace whose environment carries OPS_RUN_ID=`run_id`,
+    OPS_JOB=`job` and OPS_HOLDER=`holder` (the run_job process: two projects on one machine
+    number their runs each from 1), a child of that run, or None. Processes that vanish or
+    cannot be read are skipped."""
     needle = f"OPS_RUN_ID={run_id}".encode()
+    marks = [f"OPS_JOB={job}".encode()] if job else []
+    marks += [f"OPS_HOLDER={holder}".encode()] if holder else []
     me = os.getpid() if skip is None else skip
     for pid in sorted(_pids()):
         if pid == me:
@@ -246,7 +260,10 @@ def survivor(run_id: int, *, skip: int | None = None) -> Proc | None:
             environ = (PROC / str(pid) / "environ").read_bytes()
         except OSError:
             continue  # another user's, or gone
-        if needle not in environ or needle not in environ.split(b"\0"):
+        if needle not in environ:
+            continue
+        words = environ.split(b"\0")
+        if needle not in words or any(mark not in words for mark in marks):
             continue
         stat = _stat(pid)
         if stat is None or stat[1] in ("Z", "X"):

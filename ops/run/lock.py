@@ -104,6 +104,11 @@ class JobLock:
             pass  # the holder note is a courtesy; the lock is what counts
         return True
 
+    @property
+    def fd(self) -> int | None:
+        """The lock file's descriptor while the lock is held."""
+        return self._fd
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock

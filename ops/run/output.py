@@ -175,6 +175,7 @@ class Tee:
         self._threads: list[threading.Thread] = []
         self.lost = 0  # bytes of output that could not be passed through
         self.lost_reason = ""
+        self.spool_problem = ""
 
     def start(self, stdout: int, stderr: int) -> None:
         """Read the pipes' read ends (this object closes them)."""
@@ -192,16 +193,31 @@ class Tee:
         try:
             while chunk := os.read(source, CHUNK):
                 self.tail.write(chunk)
-                if self._spool is not None:
-                    with self._spool_lock:
-                        if not self._spool.closed:  # a child outliving the job: dropped
-                            self._spool.write(chunk)
-                else:
+                if not self._spooled(chunk):
                     self._count_loss(*_write_all(target, chunk))
         except OSError:
             pass
         finally:
             os.close(source)
+
+    def _spooled(self, chunk: bytes) -> bool:
+        """Whether `chunk` went into the quiet spool. When the spool's disk is full, quiet
+        ends: what follows passes through (cron's mail still gets it), and the note says so."""
+        if self._spool is None:
+            return False
+        with self._spool_lock:
+            if self._spool.closed:
+                return self.spool_problem == ""  # a child outliving the job: dropped
+            try:
+                self._spool.write(chunk)
+                return True
+            except OSError as exc:
+                self.spool_problem = (
+                    f"--quiet could not spool the output ({exc.strerror or exc}): the output "
+                    "after that passed through"
+                )
+                self._spool.close()
+                return False
 
     def join(self, timeout: float) -> None:
         """Wait up to `timeout` seconds for both pipes' end of file: a process the job left
@@ -228,9 +244,14 @@ class Tee:
         if self._spool is None:
             return
         with self._spool_lock:
-            self._spool.seek(0)
-            while chunk := self._spool.read(CHUNK):
-                self._count_loss(*_write_all(1, chunk))
+            if self._spool.closed:
+                return  # it failed: what came after it passed through already
+            try:
+                self._spool.seek(0)
+                while chunk := self._spool.read(CHUNK):
+                    self._count_loss(*_write_all(1, chunk))
+            except OSError as exc:
+                self._count_loss(0, exc.strerror or str(exc))
 
     def close(self) -> None:
         if self._spool is not None:

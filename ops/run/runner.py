@@ -7,6 +7,7 @@ never runs job code, so its heartbeat, its timeout and its record cannot be stop
 
 import datetime as dt
 import os
+import signal
 import sys
 import time
 from zoneinfo import ZoneInfo
@@ -22,13 +23,13 @@ from ..monitors.pings import PingConfig, Pinger
 from ..monitors.redact import Redactor
 from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
 from ..schedule.slots import Slot
-from . import claims, descendants, standby
-from .child import read_report
+from . import claims, descendants, process, standby
 from .heartbeat import Heartbeat, taken_over_note
 from .lock import JobLock, LockError
 from .output import JobLog, Tail, Tee, settle, standard_streams
 from .plan import Plan, UsageError, command_line, one_line, plan_slots, resolve, say
-from .supervisor import Ended, Interrupted, Signals, Supervisor, fork_job
+from .signals import Interrupted, Signals
+from .supervisor import Ended, Supervisor, fork_job
 
 EXIT_SKIPPED = 75  # also a run whose claim was taken over: the slot is another run's now
 EXIT_TIMEOUT = 124
@@ -68,6 +69,7 @@ class Runner:
         self.redactor = Redactor.from_settings(settings)
         self.kill_after = plan.options.kill_after or DEFAULT_KILL_AFTER
         self.signals = Signals()  # installed from the lock on (run())
+        self.lock_fd: int | None = None  # the job's lock: the job does not inherit it
         self.lost_claim = False  # the heartbeat found the claim taken over
         self.stop = False  # set by a timeout, a signal or a lost database: no further slots
         # Catch-up slots send no pings of their own (hosted healthchecks.io drops more than 5
@@ -142,9 +144,15 @@ class Runner:
         )
         # The lock comes before the signal handlers: a SIGTERM during --wait ends the wait at
         # once (nothing is claimed yet, there is nothing to record).
-        if not lock.acquire(self.opts.wait):
+        try:
+            acquired = lock.acquire(self.opts.wait)
+        except KeyboardInterrupt:  # SIGINT (Ctrl-C) while waiting for the lock
+            say(f"job {self.plan.name}: interrupted while waiting for its lock", self.stderr)
+            return 128 + signal.SIGINT
+        if not acquired:
             holder = lock.holder()
             return self.skip(None, f"skipped: {holder.describe()}", EXIT_SKIPPED)
+        self.lock_fd = lock.fd
         # The standby's bound counts from here: a --wait for the lock does not use it up.
         self.standby_deadline = time.monotonic() + (self.standby or 0)
         self.signals.install()
@@ -179,8 +187,11 @@ class Runner:
                 exit_code = code  # the first failure's code, also when a later slot succeeds
             if self.stop:
                 break
-        if (pending := self.terminated()) is not None:  # arrived while recording or pinging
-            exit_code = pending.exit_code
+        pending = self.terminated()
+        if pending is not None and not self.stop:
+            # It came after the job had ended (while recording or pinging): the run's outcome
+            # is what the job did, and it stands.
+            say(f"job {self.plan.name}: {pending.note} after the job had ended", self.stderr)
         self.send_summary(exit_code)
         return exit_code
 
@@ -298,9 +309,8 @@ class Runner:
         ended = self.terminated()  # a signal while the slot was claimed: the job never starts
         if ended is None:
             ended = self.supervise(run, slot, tee, pinger)
-        if ended.args:
-            command = " ".join([self.opts.command, *ended.args])
-            run.command = self.redactor.text(command)[:500]
+        if ended.command:
+            run.command = self.redactor.text(ended.command)[:500]
         return self.conclude(run, slot, ended, time.monotonic() - started, tee, pinger, catch_up)
 
     def supervise(self, run: JobRun, slot: Slot | None, tee: Tee, pinger: Pinger) -> Ended:
@@ -312,14 +322,23 @@ class Runner:
             child = fork_job(
                 self.opts.command,
                 lambda: command_line(self.plan, slot),
-                claims.environment(held),
+                claims.environment(held, process.identify()),
                 held,
                 self.signals,
+                not_inherited=(*self.signals.fds, *([self.lock_fd] if self.lock_fd else [])),
             )
         except OSError as exc:
             return Ended(Outcome.FAILED, 1, f"could not start the job: {exc.strerror or exc}")
+        if child is None:  # a signal came just before the fork: the job never started
+            terminated = self.terminated()
+            assert terminated is not None
+            return terminated
         supervisor = Supervisor(
-            child, self.signals, timeout=self.opts.timeout, kill_after=self.kill_after
+            child,
+            self.signals,
+            timeout=self.opts.timeout,
+            kill_after=self.kill_after,
+            exclude=before,
         )
         try:
             tee.start(child.stdout, child.stderr)
@@ -327,8 +346,8 @@ class Runner:
             with Heartbeat(run, self.heartbeat, supervisor.lose):
                 supervisor.wait()
         finally:
-            self.signals.group = None
-        ended = supervisor.ended(read_report(child.report))
+            self.signals.job = None
+        ended = supervisor.ended()
         supervisor.close()
         self.lost_claim = ended.outcome == Outcome.TAKEN_OVER
         self.end_leftovers(before)  # before the claim is released: they must not overlap a rerun
@@ -364,6 +383,9 @@ class Runner:
             say(f"error: job {self.plan.name}: {lost_output}", self.stderr)
             note = f"{note}; {lost_output}" if note else lost_output
             kind = "fail"
+        if tee.spool_problem:  # the output is not lost, only no longer quiet
+            say(f"job {self.plan.name}: {tee.spool_problem}", self.stderr)
+            note = f"{note}; {tee.spool_problem}" if note else tee.spool_problem
         if self.log_problem:  # said on cron's stderr at the start; monitoring hears it too
             note = f"{note}; {self.log_problem}" if note else self.log_problem
             kind = "fail"
@@ -412,7 +434,8 @@ class Runner:
         """End the processes the command left behind (ops/run/descendants.py), after any end of
         it. A signal meanwhile is only noted, and acted on afterwards."""
         try:
-            ended = descendants.end_descendants(exclude=before)
+            grace = min(descendants.GRACE_SECONDS, self.kill_after)
+            ended = descendants.end_descendants(exclude=before, grace=grace)
         except Exception as exc:  # never lose the outcome over it
             say(f"job {self.plan.name}: could not end its child processes: {exc}", self.stderr)
             return
