@@ -1,9 +1,10 @@
-"""The run history, the slot claims and the jobs page in the Django admin: read-only, fast on a
-large history.
+"""The run history, the slot claims, the effects done once and the jobs page in the Django
+admin: read-only, fast on a large history.
 
-Nothing here can add, change or delete a row: the history is evidence, and a claim is what
-stops a slot from running twice. Filters avoid `SELECT DISTINCT` over the whole table (the job
-filter lists names by a loose index scan), and the change list never counts the full history.
+Nothing here can add, change or delete a row: the history is evidence, and a claim (or an
+effect marked by `ops.once`) is what stops a slot (or an effect) from happening twice. Filters
+avoid `SELECT DISTINCT` over the whole table (the job filter lists names by a loose index
+scan), and the change list never counts the full history.
 """
 
 from urllib.parse import urlencode
@@ -18,7 +19,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .models import Job, JobRun, Outcome, SlotClaim
+from .models import Effect, Job, JobRun, Outcome, SlotClaim
 from .schedule.durations import human_duration
 
 # The jobs page's modules (status, crontab.d, cronsim) are imported by its views, not here:
@@ -174,10 +175,32 @@ class SlotClaimAdmin(ReadOnlyAdmin):
 
     @admin.display(description="run")
     def run_link(self, obj):
-        if obj.run_id is None:
-            return "-"
-        url = reverse("admin:ops_jobrun_change", args=[obj.run_id])
-        return format_html('<a href="{}">#{}</a>', url, obj.run_id)
+        return link_to_run(obj.run_id)
+
+
+def link_to_run(run_id: int | None):
+    if run_id is None:
+        return "-"
+    url = reverse("admin:ops_jobrun_change", args=[run_id])
+    return format_html('<a href="{}">#{}</a>', url, run_id)
+
+
+@admin.register(Effect)
+class EffectAdmin(ReadOnlyAdmin):
+    """`ops.once(key)`'s marks: read-only like the claims (deleting one would let the effect
+    happen again; prune_runs removes them with the history)."""
+
+    list_display = ["job", "slot", "key", "created_at", "version", "run"]
+    list_filter = [JobFilter]
+    search_fields = ["job", "slot", "key"]
+    ordering = ["-id"]
+    list_per_page = 50
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+
+    @admin.display(description="run")
+    def run(self, obj):
+        return link_to_run(obj.run_id)
 
 
 @admin.register(Job)

@@ -109,6 +109,32 @@ class SlotClaim(models.Model):
         return f"{self.job} {self.slot} {self.state}"
 
 
+class Effect(models.Model):
+    """An effect a job did for its slot, marked by `ops.once(key)` in the transaction that did
+    it: one row per (job, slot, key), so a run that redoes the slot (a standby after a
+    takeover, --force, by hand, catch-up) finds it done and does not do it again."""
+
+    job = models.CharField(max_length=100)
+    slot = models.CharField(max_length=SLOT_KEY_LENGTH)  # the claim's key (SlotClaim.slot)
+    key = models.CharField(max_length=200)  # the job's name for the effect
+    # The run that did it (JobRun's id) and the claim version it held; not a foreign key: the
+    # row is written in the job's own transaction, and outlives the run's history.
+    run_id = models.BigIntegerField(null=True, blank=True)
+    version = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "slot", "key"], name="ops_effect_once"),
+        ]
+        indexes = [models.Index(fields=["job", "created_at"], name="ops_effect_job_created")]
+        verbose_name = "effect done once"
+        verbose_name_plural = "effects done once"
+
+    def __str__(self) -> str:
+        return f"{self.job} {self.slot} {self.key}"
+
+
 class Job(JobRun):
     """The admin's jobs page (Ops → Jobs). A proxy of the history it is drawn from: no table,
     no permissions of its own (the page asks for `ops.view_jobrun`, like the history)."""

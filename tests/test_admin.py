@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from ops.models import JobRun, Outcome, SlotClaim
+from ops.models import Effect, JobRun, Outcome, SlotClaim
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import require
 
@@ -178,3 +178,28 @@ def test_the_claims_list_links_each_claim_to_its_run(history, admin_client):
     assert page.status_code == 200
     link = reverse("admin:ops_jobrun_change", args=[history["failed"].pk])
     assert link.encode() in page.content
+
+
+def test_the_effects_done_once_are_listed_read_only_each_with_a_link_to_its_run(
+    history, admin_client
+):
+    failed = history["failed"]
+    effect = Effect.objects.create(
+        job="charge_daily",
+        slot=failed.slot,
+        key="charge subscription 3",
+        run_id=failed.pk,
+        version=1,
+        created_at=failed.started_at,
+    )
+    page = admin_client.get(reverse("admin:ops_effect_changelist"))
+    assert page.status_code == 200
+    assert b"charge subscription 3" in page.content
+    assert reverse("admin:ops_jobrun_change", args=[failed.pk]).encode() in page.content
+    assert admin_client.get(reverse("admin:ops_effect_add")).status_code == 403
+    change = reverse("admin:ops_effect_change", args=[effect.pk])
+    assert admin_client.get(change).status_code == 200
+    assert admin_client.post(change, {"key": "tampered"}).status_code == 403
+    delete = reverse("admin:ops_effect_delete", args=[effect.pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    assert Effect.objects.get(pk=effect.pk).key == "charge subscription 3"

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from ops.models import JobRun, Outcome, SlotClaim
+from ops.models import Effect, JobRun, Outcome, SlotClaim
 from ops.run.retention import prune_runs
 from ops.schedule.crontabd import parse_text
 from ops.schedule.slots import current_slot, time_key
@@ -71,7 +71,8 @@ def test_runs_older_than_90_days_are_deleted_and_newer_ones_kept():
     assert out.strip() == (
         "prune_runs: deleted 3 runs started before 2026-08-31 04:30 UTC (1 jobs; each job's "
         "latest run and latest success kept) and 2 slot claims of slots before it (each job's "
-        "first and latest succeeded claims and running claims kept)"
+        "first and latest succeeded claims and running claims kept) and 0 effects done once "
+        "(ops.once) marked before it"
     )
     assert not JobRun.objects.filter(pk__in=[r.pk for r in old]).exists()
 
@@ -236,6 +237,34 @@ def test_job_prunes_only_that_jobs_claims():
         r.slot for r in billing
     }
     assert SlotClaim.objects.filter(job="metrics").count() == 2
+
+
+def mark_effect(job, days_ago, key="pay ann"):
+    """A row `ops.once(key)` wrote in a run of `job` `days_ago` days ago."""
+    marked = NOW - dt.timedelta(days=days_ago)
+    return Effect.objects.create(
+        job=job, slot=time_key(marked), key=key, run_id=1, version=1, created_at=marked
+    )
+
+
+@pytest.mark.django_db
+def test_effects_done_once_go_by_the_same_cut_off_and_the_summary_counts_them():
+    old = [mark_effect("daily", d) for d in (200, 91)]
+    recent = [mark_effect("daily", d) for d in (89, 1)]
+    other = mark_effect("metrics", 200)
+    out = prune("--older-than=90d", "--dry-run", "-v2")
+    assert "daily: 0 runs, 0 slot claims, 2 effects done once" in out
+    assert out.strip().endswith("and 3 effects done once (ops.once) marked before it")
+    assert Effect.objects.count() == 5
+    out = prune("--older-than=90d", "--job=daily")
+    assert out.strip().endswith("and 2 effects done once (ops.once) marked before it")
+    assert set(Effect.objects.values_list("pk", flat=True)) == {
+        *(e.pk for e in recent),
+        other.pk,
+    }
+    assert not Effect.objects.filter(pk__in=[e.pk for e in old]).exists()
+    result = prune_runs(now=NOW, older_than=90 * 86400, batch=1)
+    assert (result.effects_deleted, result.effects_per_job) == (1, {"metrics": 1})
 
 
 @pytest.mark.django_db

@@ -16,6 +16,10 @@ at the due slot (younger than any sensible cut-off) and at the latest success. W
 record that an older slot was done, so a by-hand `--logical-date` run of a date older than the
 cut-off runs again (the command's own idempotency, like charge_daily's unique charge per day,
 still applies).
+
+The effects marked by `ops.once(key)` go by the same cut-off, by when they were marked (never
+before their slot, so never before its claim could go): a by-hand run of a slot older than
+the cut-off may then do its effects again, as it may run again.
 """
 
 import datetime as dt
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models import Q
 
-from ..models import JobRun, Outcome, SlotClaim
+from ..models import Effect, JobRun, Outcome, SlotClaim
 from ..monitors.status import NOT_ATTEMPTS, history_job_names
 from . import claims
 
@@ -38,6 +42,8 @@ class PruneResult:
     per_job: dict[str, int] = field(default_factory=dict)
     claims_deleted: int = 0
     claims_per_job: dict[str, int] = field(default_factory=dict)
+    effects_deleted: int = 0
+    effects_per_job: dict[str, int] = field(default_factory=dict)
 
 
 def _kept(job: str) -> list[int]:
@@ -93,6 +99,18 @@ def prune_claims(
             result.claims_deleted += count
 
 
+def prune_effects(
+    result: "PruneResult", *, dry_run: bool, batch: int, job: str | None = None
+) -> None:
+    """Delete (or count) the effects `ops.once` marked before the cut-off."""
+    for name in [job] if job is not None else history_job_names(Effect):
+        old = Effect.objects.filter(job=name, created_at__lt=result.cutoff)
+        count = old.count() if dry_run else _delete_in_batches(old, Effect, batch)
+        if count:
+            result.effects_per_job[name] = count
+            result.effects_deleted += count
+
+
 def prune_runs(
     *,
     now: dt.datetime,
@@ -103,7 +121,7 @@ def prune_runs(
 ) -> PruneResult:
     """Delete (or with dry_run count) the runs started more than `older_than` seconds ago,
     of every job or only of `job` (a shorter retention for a chatty job, e.g. the metrics), and
-    the claims of slots that old."""
+    the claims of slots that old and the effects marked that long ago."""
     result = PruneResult(cutoff=now - dt.timedelta(seconds=older_than))
     for name in [job] if job is not None else history_job_names():
         old = JobRun.objects.filter(job=name, started_at__lt=result.cutoff).exclude(
@@ -122,4 +140,5 @@ def prune_runs(
             result.per_job[name] = count
             result.deleted += count
     prune_claims(result, dry_run=dry_run, batch=batch, job=job)
+    prune_effects(result, dry_run=dry_run, batch=batch, job=job)
     return result

@@ -8,8 +8,9 @@ from ops.schedule.durations import parse_duration
 
 class Command(BaseCommand):
     help = (
-        "Delete run history and slot claims older than DURATION (each job's latest run and "
-        "latest success are kept, its first and latest succeeded claims, and running claims)."
+        "Delete run history, slot claims and effects done once (ops.once) older than DURATION "
+        "(each job's latest run and latest success are kept, its first and latest succeeded "
+        "claims, and running claims)."
     )
     requires_system_checks = []  # it checks what it needs; a broken .env mode must not block it
 
@@ -39,13 +40,18 @@ class Command(BaseCommand):
             raise CommandError(f"cannot prune the run history: {first}", returncode=1) from None
         cutoff = timezone.localtime(result.cutoff).strftime("%Y-%m-%d %H:%M %Z")
         if verbosity > 1:
-            for job in sorted(set(result.per_job) | set(result.claims_per_job)):
+            jobs = set(result.per_job) | set(result.claims_per_job) | set(result.effects_per_job)
+            for job in sorted(jobs):
                 runs, claims = result.per_job.get(job, 0), result.claims_per_job.get(job, 0)
-                self.stdout.write(f"{job}: {runs:,} runs, {claims:,} slot claims")
+                effects = result.effects_per_job.get(job, 0)
+                self.stdout.write(
+                    f"{job}: {runs:,} runs, {claims:,} slot claims, {effects:,} effects done once"
+                )
         verb = "would delete" if dry_run else "deleted"
         self.stdout.write(
             f"prune_runs: {verb} {result.deleted:,} runs started before {cutoff} "
             f"({len(result.per_job)} jobs; each job's latest run and latest success kept) "
             f"and {result.claims_deleted:,} slot claims of slots before it (each job's first "
-            "and latest succeeded claims and running claims kept)"
+            "and latest succeeded claims and running claims kept) and "
+            f"{result.effects_deleted:,} effects done once (ops.once) marked before it"
         )
