@@ -103,6 +103,9 @@ def test_the_same_slot_run_twice_charges_the_billing_once(project):
     assert project.db.query("SELECT count(*) FROM commands_dailycharge") == [(3,)]
     balances = project.db.query("SELECT customer, balance FROM commands_subscription ORDER BY id")
     assert [(c, float(b)) for c, b in balances] == [("alice", 90.1), ("bob", 80.1), ("carol", 95.5)]
+    # The forced run was stopped by ops.once, before DailyCharge's constraint
+    marks = project.db.query("SELECT job, key FROM ops_effect ORDER BY id")
+    assert marks == [("charge_daily", f"charge subscription {n}") for n in (1, 2, 3)]
 
 
 def test_a_run_killed_with_sigkill_is_recorded_abandoned_and_the_next_run_completes_the_slot(
