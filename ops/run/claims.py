@@ -18,24 +18,36 @@ Each take increases `version` (the first claim is 1). The holder's heartbeat and
 state are written only while (run, version) still match, so a run whose claim was taken over
 never writes onto the new holder's. A run carries the version it holds as `run.claim_version`.
 
-A running job can ask whether it still holds its claim: `current_claim()` (in the job's own
-process, run_job's forked child; the processes it starts find the same in OPS_JOB, OPS_SLOT,
-OPS_CLAIM_VERSION and OPS_RUN_ID) and `HeldClaim.still_held()`.
+A running job can ask whether it still holds its claim: `current_claim()` and
+`HeldClaim.still_held()` (ops/run/fencing.py, with the locks a claim and a fencing transaction
+share).
 """
 
 import datetime as dt
-import hashlib
-import os
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
-from django.db.transaction import TransactionManagementError
 
 from ..models import JobRun, Outcome, SlotClaim
 from ..schedule.slots import Slot, start_of_day
 from . import descendants, process
+from .fencing import (  # noqa: F401  (their old home: callers import them from here too)
+    ENV_HOLDER,
+    ENV_JOB,
+    ENV_RUN,
+    ENV_SLOT,
+    ENV_VERSION,
+    HeldClaim,
+    current_claim,
+    enter,
+    environment,
+    held_claim,
+    holder_mark,
+    lock_holder,
+    lock_job,
+)
 
 STALE_HEARTBEATS = 3  # a claim that cannot be checked is dead after this many missed heartbeats
 RETRYABLE = [Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED]
@@ -161,32 +173,6 @@ def _same_slot(job: str, slot: Slot):
     )
 
 
-def _advisory_lock(key: str, *, shared: bool = False) -> None:
-    """A transaction-scoped PostgreSQL advisory lock on `key` (SQLite: nothing to take; its
-    IMMEDIATE transactions hold the one write lock from BEGIN, config/settings.py)."""
-    if connection.vendor != "postgresql":
-        return
-    digest = hashlib.sha256(key.encode()).digest()
-    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
-
-
-def _lock_job(job: str) -> None:
-    """Serialise claims of one job (inside the claim's transaction): a claim and its look for
-    the same slot under other keys are then one step, so of two runs of one instant under two
-    keys the second always sees the first. One lock per job: other jobs never wait."""
-    _advisory_lock(f"cronops claim {job}")
-
-
-def _lock_holder(job: str, slot_key: str, *, shared: bool = False) -> None:
-    """The holder of one running claim: a fencing transaction of the holder's job
-    (`still_held(lock=True)`) takes it shared, a takeover of that claim exclusively, so the
-    takeover waits for the fencing commit. Heartbeats, and the claims of other slots or of a
-    claim that is plainly busy, never take it."""
-    _advisory_lock(f"cronops holder {job} {slot_key}", shared=shared)
-
-
 class _Yield(Exception):
     """Rolls our claim back: the slot is held or done under another key."""
 
@@ -205,7 +191,7 @@ def _conflict(job: str, slot: Slot, *, me, now, stale_after, force) -> ClaimResu
             continue
         if holder_alive(row, now, stale_after, me):
             return ClaimResult(status="busy", holder=row)
-        _lock_holder(job, row.slot)  # a fencing transaction of its holder ends first
+        lock_holder(job, row.slot)  # a fencing transaction of its holder ends first
         gone = SlotClaim.objects.filter(pk=row.pk, version=row.version, state=Outcome.RUNNING)
         if gone.update(state=Outcome.ABANDONED, version=F("version") + 1) and row.run_id:
             _abandon(row, proven_gone=process.same_machine(holder_of(row), me))
@@ -248,7 +234,7 @@ def claim(
     judge's limit); the interval is stored on the claim, and others judge it by it.
 
     Race-safe against the same slot under another key: our claim is written first, then the
-    other keys are read, in one transaction serialised per job (_lock_job); when another key
+    other keys are read, in one transaction serialised per job (lock_job); when another key
     holds or has done the slot, ours is rolled back and the answer is that one's."""
     me = identity or process.identify(pid)
     if heartbeat is None:
@@ -277,7 +263,7 @@ def claim(
 def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> ClaimResult | None:
     """One attempt; None when another run changed the claim between our read and our update."""
     with transaction.atomic():
-        _lock_job(job)
+        lock_job(job)
         row, created = SlotClaim.objects.get_or_create(
             job=job,
             slot=slot.key,
@@ -304,7 +290,7 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
             if row.state == Outcome.RUNNING:
                 # A takeover: a fencing transaction of the holder ends first; the UPDATE below
                 # then sees the claim as committed (a heartbeat meanwhile keeps it).
-                _lock_holder(job, row.slot)
+                lock_holder(job, row.slot)
             taken = SlotClaim.objects.filter(free, pk=row.pk, version=row.version).update(
                 state=Outcome.RUNNING,
                 version=F("version") + 1,
@@ -363,116 +349,6 @@ def release(run: JobRun) -> int:
 def peek(job: str, slot_key: str) -> SlotClaim | None:
     """The claim of one slot as it stands: one read on the unique (job, slot) index."""
     return SlotClaim.objects.filter(job=job, slot=slot_key).first()
-
-
-# --- "am I still the holder?": for jobs that need fencing ------------------------------------
-
-ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN = "OPS_JOB", "OPS_SLOT", "OPS_CLAIM_VERSION", "OPS_RUN_ID"
-_ENV_NAMES = (ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN)
-
-
-@dataclass(frozen=True)
-class HeldClaim:
-    """The claim the running job was started under: its slot and its fencing token."""
-
-    job: str
-    slot: str  # the slot's key, "2026-11-29" or "2026-10-25 02:30+02:00"
-    version: int  # 1 for the first claim of the slot, +1 for every takeover
-    run_id: int  # the run's row in the history (JobRun)
-
-    def still_held(self, *, lock: bool = False) -> bool:
-        """Whether this run still holds its claim (no other run took the slot over).
-
-        With `lock=True`, inside `transaction.atomic()`, a takeover of this claim waits until
-        the transaction ends (a shared advisory lock on PostgreSQL, which a takeover takes
-        exclusively), so what the transaction writes is written by the holder. The claim's row
-        is not locked and other claims of the job do not wait: the holder's heartbeats go on
-        meanwhile, a long transaction does not make it look dead, and a second run of the slot
-        is still told `busy` at once. (SQLite has one writer at a time anyway.)
-
-        Outside a transaction (autocommit) the lock would end with its own statement:
-        TransactionManagementError. PostgreSQL's REPEATABLE READ or SERIALIZABLE would read the
-        claim from a snapshot taken before the lock (a takeover committed meanwhile goes
-        unseen): refused too, the check needs READ COMMITTED (Django's default)."""
-        if lock and connection.get_autocommit():
-            raise TransactionManagementError(
-                "still_held(lock=True) outside transaction.atomic() holds nothing"
-            )
-        rows = SlotClaim.objects.filter(
-            job=self.job,
-            slot=self.slot,
-            version=self.version,
-            run_id=self.run_id,
-            state=Outcome.RUNNING,
-        )
-        if lock:
-            _lock_holder(self.job, self.slot, shared=True)
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT current_setting('transaction_isolation')")
-                    (level,) = cursor.fetchone()
-                if level != "read committed":
-                    raise TransactionManagementError(
-                        f"still_held(lock=True) needs READ COMMITTED, not {level.upper()}: "
-                        "its snapshot predates the lock, so a takeover would go unseen"
-                    )
-        return rows.exists()
-
-
-_current: HeldClaim | None = None
-
-
-def current_claim() -> HeldClaim | None:
-    """The claim of the run_job run this code runs in, or None (not under run_job, or a run
-    without a slot). A child process reads it from the environment run_job set."""
-    if _current is not None:
-        return _current
-    values = [os.environ.get(name, "") for name in _ENV_NAMES]
-    if not all(values):
-        return None
-    job, slot, version, run_id = values
-    try:
-        return HeldClaim(job=job, slot=slot, version=int(version), run_id=int(run_id))
-    except ValueError:
-        return None
-
-
-def held_claim(run: JobRun) -> HeldClaim | None:
-    """The claim `run` holds, as its job sees it (None for a run without a slot)."""
-    version = getattr(run, "claim_version", None)
-    if run.slot and version is not None and run.pk is not None:
-        return HeldClaim(job=run.job, slot=run.slot, version=version, run_id=run.pk)
-    return None
-
-
-ENV_HOLDER = "OPS_HOLDER"
-
-
-def holder_mark(pid: int, started: int | None) -> str:
-    """OPS_HOLDER's value: the run_job process (pid and start time) a job's process belongs to.
-    With it, the survivor scan tells this machine's projects apart: two projects' databases
-    both have a run #1 of a job `backup` for today."""
-    return f"{pid}:{started}"
-
-
-def environment(held: HeldClaim | None, holder: process.Identity) -> dict[str, str | None]:
-    """The OPS_* variables the job's process gets (None: removed, so that the variables of a
-    run_job this one runs under do not leak into a run without a slot)."""
-    values = dict(zip(_ENV_NAMES, _env_values(held), strict=True))
-    values[ENV_HOLDER] = holder_mark(holder.pid, holder.started) if held else None
-    return values
-
-
-def enter(held: HeldClaim | None) -> None:
-    """In the job's own process (ops/run/child.py): what current_claim() answers."""
-    global _current
-    _current = held
-
-
-def _env_values(held: HeldClaim | None) -> list[str | None]:
-    if held is None:
-        return [None] * len(_ENV_NAMES)
-    return [held.job, held.slot, str(held.version), str(held.run_id)]
 
 
 def heartbeat(run: JobRun, now: dt.datetime) -> int:

@@ -13,7 +13,7 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from ..models import Effect
-from .claims import current_claim
+from .fencing import current_claim
 
 KEY_MAX = 200  # Effect.key's max_length
 

@@ -1,0 +1,153 @@
+"""Fencing: what a running job knows of its claim, and the locks between a holder and a
+takeover.
+
+A running job asks `current_claim()` (in run_job's forked child; the processes it starts find
+the same in OPS_JOB, OPS_SLOT, OPS_CLAIM_VERSION and OPS_RUN_ID) and `HeldClaim.still_held()`
+whether it still holds its claim. The claim's own transactions (ops/run/claims.py) serialise
+per job (`lock_job`) and take a claim over only after the holder's lock (`lock_holder`), which
+a fencing transaction holds shared.
+"""
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+from django.db import connection
+from django.db.transaction import TransactionManagementError
+
+from ..models import JobRun, Outcome, SlotClaim
+from . import process
+
+
+def advisory_lock(key: str, *, shared: bool = False) -> None:
+    """A transaction-scoped PostgreSQL advisory lock on `key` (SQLite: nothing to take; its
+    IMMEDIATE transactions hold the one write lock from BEGIN, config/settings.py)."""
+    if connection.vendor != "postgresql":
+        return
+    digest = hashlib.sha256(key.encode()).digest()
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
+
+
+def lock_job(job: str) -> None:
+    """Serialise claims of one job (inside the claim's transaction): a claim and its look for
+    the same slot under other keys are then one step, so of two runs of one instant under two
+    keys the second always sees the first. One lock per job: other jobs never wait."""
+    advisory_lock(f"cronops claim {job}")
+
+
+def lock_holder(job: str, slot_key: str, *, shared: bool = False) -> None:
+    """The holder of one running claim: a fencing transaction of the holder's job
+    (`still_held(lock=True)`) takes it shared, a takeover of that claim exclusively, so the
+    takeover waits for the fencing commit. Heartbeats, and the claims of other slots or of a
+    claim that is plainly busy, never take it."""
+    advisory_lock(f"cronops holder {job} {slot_key}", shared=shared)
+
+
+ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN = "OPS_JOB", "OPS_SLOT", "OPS_CLAIM_VERSION", "OPS_RUN_ID"
+_ENV_NAMES = (ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN)
+
+
+@dataclass(frozen=True)
+class HeldClaim:
+    """The claim the running job was started under: its slot and its fencing token."""
+
+    job: str
+    slot: str  # the slot's key, "2026-11-29" or "2026-10-25 02:30+02:00"
+    version: int  # 1 for the first claim of the slot, +1 for every takeover
+    run_id: int  # the run's row in the history (JobRun)
+
+    def still_held(self, *, lock: bool = False) -> bool:
+        """Whether this run still holds its claim (no other run took the slot over).
+
+        With `lock=True`, inside `transaction.atomic()`, a takeover of this claim waits until
+        the transaction ends (a shared advisory lock on PostgreSQL, which a takeover takes
+        exclusively), so what the transaction writes is written by the holder. The claim's row
+        is not locked and other claims of the job do not wait: the holder's heartbeats go on
+        meanwhile, a long transaction does not make it look dead, and a second run of the slot
+        is still told `busy` at once. (SQLite has one writer at a time anyway.)
+
+        Outside a transaction (autocommit) the lock would end with its own statement:
+        TransactionManagementError. PostgreSQL's REPEATABLE READ or SERIALIZABLE would read the
+        claim from a snapshot taken before the lock (a takeover committed meanwhile goes
+        unseen): refused too, the check needs READ COMMITTED (Django's default)."""
+        if lock and connection.get_autocommit():
+            raise TransactionManagementError(
+                "still_held(lock=True) outside transaction.atomic() holds nothing"
+            )
+        rows = SlotClaim.objects.filter(
+            job=self.job,
+            slot=self.slot,
+            version=self.version,
+            run_id=self.run_id,
+            state=Outcome.RUNNING,
+        )
+        if lock:
+            lock_holder(self.job, self.slot, shared=True)
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT current_setting('transaction_isolation')")
+                    (level,) = cursor.fetchone()
+                if level != "read committed":
+                    raise TransactionManagementError(
+                        f"still_held(lock=True) needs READ COMMITTED, not {level.upper()}: "
+                        "its snapshot predates the lock, so a takeover would go unseen"
+                    )
+        return rows.exists()
+
+
+_current: HeldClaim | None = None
+
+
+def current_claim() -> HeldClaim | None:
+    """The claim of the run_job run this code runs in, or None (not under run_job, or a run
+    without a slot). A child process reads it from the environment run_job set."""
+    if _current is not None:
+        return _current
+    values = [os.environ.get(name, "") for name in _ENV_NAMES]
+    if not all(values):
+        return None
+    job, slot, version, run_id = values
+    try:
+        return HeldClaim(job=job, slot=slot, version=int(version), run_id=int(run_id))
+    except ValueError:
+        return None
+
+
+def held_claim(run: JobRun) -> HeldClaim | None:
+    """The claim `run` holds, as its job sees it (None for a run without a slot)."""
+    version = getattr(run, "claim_version", None)
+    if run.slot and version is not None and run.pk is not None:
+        return HeldClaim(job=run.job, slot=run.slot, version=version, run_id=run.pk)
+    return None
+
+
+ENV_HOLDER = "OPS_HOLDER"
+
+
+def holder_mark(pid: int, started: int | None) -> str:
+    """OPS_HOLDER's value: the run_job process (pid and start time) a job's process belongs to.
+    With it, the survivor scan tells this machine's projects apart: two projects' databases
+    both have a run #1 of a job `backup` for today."""
+    return f"{pid}:{started}"
+
+
+def environment(held: HeldClaim | None, holder: process.Identity) -> dict[str, str | None]:
+    """The OPS_* variables the job's process gets (None: removed, so that the variables of a
+    run_job this one runs under do not leak into a run without a slot)."""
+    values = dict(zip(_ENV_NAMES, _env_values(held), strict=True))
+    values[ENV_HOLDER] = holder_mark(holder.pid, holder.started) if held else None
+    return values
+
+
+def enter(held: HeldClaim | None) -> None:
+    """In the job's own process (ops/run/child.py): what current_claim() answers."""
+    global _current
+    _current = held
+
+
+def _env_values(held: HeldClaim | None) -> list[str | None]:
+    if held is None:
+        return [None] * len(_ENV_NAMES)
+    return [held.job, held.slot, str(held.version), str(held.run_id)]
