@@ -24,6 +24,8 @@ share).
 """
 
 import datetime as dt
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
@@ -52,6 +54,7 @@ from .fencing import (  # noqa: F401  (their old home: callers import them from 
 STALE_HEARTBEATS = 3  # a claim that cannot be checked is dead after this many missed heartbeats
 RETRYABLE = [Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED]
 ATTEMPTS = 5  # re-reads when another run changed the claim between our read and our update
+FENCE_POLL = 1.0  # seconds between two tries of a takeover held back by a fencing transaction
 
 
 @dataclass
@@ -62,6 +65,9 @@ class ClaimResult:
     abandoned: JobRun | None = None
     version: int | None = None
     survivor: descendants.Proc | None = None  # busy: the dead holder's child that still runs
+    # busy: the holder is gone, but a fencing transaction of its job (still_held(lock=True))
+    # has not ended: the takeover waited for it until its bound
+    fenced: bool = False
 
     @property
     def found(self) -> SlotClaim:
@@ -180,6 +186,33 @@ class _Yield(Exception):
         self.result = result
 
 
+class _HolderBusy(Exception):
+    """Rolls our claim back: a takeover met a fencing transaction of the holder's job."""
+
+    def __init__(self, row: SlotClaim):
+        self.row = row
+
+
+def _take_from(row: SlotClaim) -> None:
+    """Before a takeover of `row`: its holder's lock, else _HolderBusy. Never waited for in
+    the claim's transaction: that holds the job's lock, which every claim of the job needs."""
+    if not lock_holder(row.job, row.slot, wait=False):
+        raise _HolderBusy(row)
+
+
+@dataclass
+class Waiting:
+    """How claim() waits for a gone holder's fencing transaction to end: with run_job's sleep
+    (a signal ends it at once: signals.Interrupted) until `deadline` (time.monotonic());
+    `begins(claim, seconds left)` is called once, when the wait begins."""
+
+    sleep: Callable[[float], None]
+    deadline: float
+    clock: Callable[[], dt.datetime]
+    begins: Callable[[SlotClaim, float], None]
+    began: bool = False
+
+
 def _conflict(job: str, slot: Slot, *, me, now, stale_after, force) -> ClaimResult | None:
     """The same slot claimed under another key: done (a success), busy (a live holder), or None.
     A running claim there whose holder is gone is recorded abandoned (version + 1, so that
@@ -191,7 +224,7 @@ def _conflict(job: str, slot: Slot, *, me, now, stale_after, force) -> ClaimResu
             continue
         if holder_alive(row, now, stale_after, me):
             return ClaimResult(status="busy", holder=row)
-        lock_holder(job, row.slot)  # a fencing transaction of its holder ends first
+        _take_from(row)  # a fencing transaction of its holder ends first
         gone = SlotClaim.objects.filter(pk=row.pk, version=row.version, state=Outcome.RUNNING)
         if gone.update(state=Outcome.ABANDONED, version=F("version") + 1) and row.run_id:
             _abandon(row, proven_gone=process.same_machine(holder_of(row), me))
@@ -228,6 +261,7 @@ def claim(
     command: str,
     identity: process.Identity | None = None,
     heartbeat: float | None = None,
+    wait: Waiting | None = None,
 ) -> ClaimResult:
     """Claim `slot` for `job` for the process `identity` (default: process `pid`), which
     heartbeats every `heartbeat` seconds (default: `stale_after` / STALE_HEARTBEATS, its own
@@ -235,12 +269,17 @@ def claim(
 
     Race-safe against the same slot under another key: our claim is written first, then the
     other keys are read, in one transaction serialised per job (lock_job); when another key
-    holds or has done the slot, ours is rolled back and the answer is that one's."""
+    holds or has done the slot, ours is rolled back and the answer is that one's.
+
+    A takeover that meets a fencing transaction of the gone holder's job is rolled back too
+    and, with `wait`, tried again every FENCE_POLL seconds until its deadline; then (or without
+    `wait`) the answer is "busy", `fenced`."""
     me = identity or process.identify(pid)
     if heartbeat is None:
         heartbeat = stale_after / STALE_HEARTBEATS
     holder = _holder_fields(me, host, heartbeat)
-    for _ in range(ATTEMPTS):
+    attempts = 0
+    while attempts < ATTEMPTS:
         try:
             result = _claim_once(
                 job,
@@ -254,8 +293,19 @@ def claim(
             )
         except _Yield as yielded:
             return yielded.result
+        except _HolderBusy as busy:
+            left = wait.deadline - time.monotonic() if wait is not None else 0.0
+            if wait is None or left <= 0:
+                return ClaimResult(status="busy", holder=busy.row, fenced=True)
+            if not wait.began:
+                wait.began = True
+                wait.begins(busy.row, left)
+            wait.sleep(min(FENCE_POLL, left))
+            now = wait.clock()
+            continue
         if result is not None:
             return result
+        attempts += 1
     row = SlotClaim.objects.get(job=job, slot=slot.key)
     return ClaimResult(status="done" if row.state == Outcome.SUCCEEDED else "busy", holder=row)
 
@@ -290,7 +340,7 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
             if row.state == Outcome.RUNNING:
                 # A takeover: a fencing transaction of the holder ends first; the UPDATE below
                 # then sees the claim as committed (a heartbeat meanwhile keeps it).
-                lock_holder(job, row.slot)
+                _take_from(row)
             taken = SlotClaim.objects.filter(free, pk=row.pk, version=row.version).update(
                 state=Outcome.RUNNING,
                 version=F("version") + 1,

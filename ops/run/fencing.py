@@ -19,15 +19,20 @@ from ..models import JobRun, Outcome, SlotClaim
 from . import process
 
 
-def advisory_lock(key: str, *, shared: bool = False) -> None:
+def advisory_lock(key: str, *, shared: bool = False, wait: bool = True) -> bool:
     """A transaction-scoped PostgreSQL advisory lock on `key` (SQLite: nothing to take; its
-    IMMEDIATE transactions hold the one write lock from BEGIN, config/settings.py)."""
+    IMMEDIATE transactions hold the one write lock from BEGIN, config/settings.py). Without
+    `wait`: False, at once, when another transaction holds it."""
     if connection.vendor != "postgresql":
-        return
+        return True
     digest = hashlib.sha256(key.encode()).digest()
-    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+    if shared:
+        function += "_shared"
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {function}(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
+        (taken,) = cursor.fetchone()
+    return taken is not False  # the waiting kind returns void (None)
 
 
 def lock_job(job: str) -> None:
@@ -37,12 +42,13 @@ def lock_job(job: str) -> None:
     advisory_lock(f"cronops claim {job}")
 
 
-def lock_holder(job: str, slot_key: str, *, shared: bool = False) -> None:
+def lock_holder(job: str, slot_key: str, *, shared: bool = False, wait: bool = True) -> bool:
     """The holder of one running claim: a fencing transaction of the holder's job
-    (`still_held(lock=True)`) takes it shared, a takeover of that claim exclusively, so the
-    takeover waits for the fencing commit. Heartbeats, and the claims of other slots or of a
+    (`still_held(lock=True)`) takes it shared, a takeover of that claim exclusively and without
+    waiting (ops/run/claims.py waits outside its transaction, which holds `lock_job`), so the
+    takeover comes after the fencing commit. Heartbeats, and the claims of other slots or of a
     claim that is plainly busy, never take it."""
-    advisory_lock(f"cronops holder {job} {slot_key}", shared=shared)
+    return advisory_lock(f"cronops holder {job} {slot_key}", shared=shared, wait=wait)
 
 
 ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN = "OPS_JOB", "OPS_SLOT", "OPS_CLAIM_VERSION", "OPS_RUN_ID"

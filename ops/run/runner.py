@@ -23,7 +23,7 @@ from ..monitors.pings import PingConfig, Pinger
 from ..monitors.redact import Redactor
 from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
 from ..schedule.slots import Slot
-from . import claims, descendants, process, standby
+from . import claims, claimstep, descendants, process, standby
 from .heartbeat import Heartbeat, taken_over_note
 from .lock import JobLock, LockError
 from .output import JobLog, Tail, Tee, settle, standard_streams
@@ -80,6 +80,7 @@ class Runner:
         # How long this call stands by for a busy slot (None: it does not); from the lock on.
         self.standby = standby_bound(plan.options, self.heartbeat)
         self.standby_deadline = time.monotonic() + (self.standby or 0)
+        self.claim_wait = ""  # what the claim step waits for, once it waits (claimstep.py)
 
     def pinger(self, enabled: bool = True) -> Pinger:
         return Pinger(
@@ -195,105 +196,20 @@ class Runner:
         self.send_summary(exit_code)
         return exit_code
 
-    def claim(self, slot: Slot) -> claims.ClaimResult:
-        return claims.claim(
-            self.plan.name,
-            slot,
-            host=self.host,
-            pid=self.pid,
-            now=timezone.now(),
-            force=bool(self.opts.force),
-            stale_after=claims.STALE_HEARTBEATS * self.heartbeat,
-            command=self.opts.command,
-        )
-
-    def stand_by(self, slot: Slot, result: claims.ClaimResult, catch_up: bool):
-        """Wait while another run holds `slot` (README: several servers). Returns this slot's
-        exit code when there is nothing left to do here, else the ClaimResult it took."""
-        total, seen = 0.0, result.found
-        # Said once, so that a run_job that lives for an hour in the log explains itself.
-        say(
-            f"job {self.plan.name}: {slot} is running on {seen.host} (pid {seen.pid}); standing by",
-            self.stdout,
-        )
-        while result.status == "busy":
-            try:
-                waited = standby.wait(
-                    self.plan.name,
-                    slot,
-                    deadline=self.standby_deadline,
-                    heartbeat=self.heartbeat,
-                    sleep=self.signals.sleep,
-                    clock=timezone.now,
-                )
-            except Interrupted as interrupted:
-                # SIGTERM, SIGINT: the wait ends at once; nothing is claimed, nothing to ping.
-                self.stop = True
-                note = f"standby {interrupted} while {result.found.host} ran {slot}"
-                return self.skip(slot, note, interrupted.exit_code, catch_up, ping=False)
-            total += waited.seconds
-            holder = seen = waited.claim or result.found
-            if waited.verdict == standby.DONE:
-                note = f"done on {holder.host} for {slot} (stood by {standby.waited(total)})"
-                return self.skip(slot, note, 0, catch_up)
-            if waited.verdict == standby.FAILED:
-                outcome = holder.state.replace("_", " ")
-                note = (
-                    f"{outcome} on {holder.host} for {slot}: not run again by a standby (it "
-                    "runs a slot whose holder died or was terminated, not one that failed)"
-                )
-                return self.skip(slot, note, 0, catch_up)
-            if waited.verdict == standby.GAVE_UP:
-                since = timezone.localtime(holder.started_at).strftime("%Y-%m-%d %H:%M:%S %Z")
-                note = (
-                    f"skipped: running since {since}, pid {holder.pid}, host {holder.host} "
-                    f"(stood by {standby.waited(total)}, the standby's bound)"
-                )
-                return self.skip(slot, note, EXIT_SKIPPED, catch_up)
-            result = self.claim(slot)  # TAKE: another standby may be quicker (busy again)
-            if result.status == "done":
-                holder = result.found
-                note = f"done on {holder.host} for {slot} (stood by {standby.waited(total)})"
-                return self.skip(slot, note, 0, catch_up)
-        if seen.state in standby.RUN_AGAIN:
-            say(
-                f"job {self.plan.name}: the run on {seen.host} was {seen.state.replace('_', ' ')}; "
-                f"this standby runs {slot}",
-                self.stderr,
-            )
-        return result
-
     def run_slot(self, slot: Slot | None, catch_up: bool = False) -> int:
-        name, now = self.plan.name, timezone.now()
         if slot is not None:
-            result = self.claim(slot)
-            if result.status == "busy" and self.standby is not None:
-                result = self.stand_by(slot, result, catch_up)
-                if isinstance(result, int):
-                    return result
-            if result.status == "done":
-                return self.skip(slot, f"already done for {slot}", 0, catch_up)
-            if result.status == "busy":
-                holder = result.found
-                since = timezone.localtime(holder.started_at).strftime("%Y-%m-%d %H:%M:%S %Z")
-                note = f"skipped: running since {since}, pid {holder.pid}, host {holder.host}"
-                if result.survivor is not None:  # its runner died, a child of it did not
-                    note = (
-                        f"skipped: the runner of run #{holder.run_id} (pid {holder.pid}, host "
-                        f"{holder.host}) is gone, but a process of run #{holder.run_id} "
-                        f"({result.survivor.describe()}) is still running"
-                    )
-                return self.skip(slot, note, EXIT_SKIPPED, catch_up)
-            if result.abandoned is not None:
-                say(
-                    f"job {name}: recorded the dead attempt #{result.abandoned.pk} for {slot} as "
-                    "abandoned",
-                    self.stderr,
-                )
+            result = claimstep.claim_slot(self, slot, catch_up)
+            if isinstance(result, int):  # done, busy, or a wait that ended: recorded
+                return result
             run = result.taken
         else:
             run = claims.new_run(
-                name, None, host=self.host, pid=self.pid, now=now, command=self.opts.command
+                self.plan.name,
+                None,
+                host=self.host,
+                pid=self.pid,
+                now=timezone.now(),
+                command=self.opts.command,
             )
         return self.execute_run(run, slot, catch_up=catch_up)
 
