@@ -555,13 +555,15 @@ def test_a_nul_byte_in_the_output_is_recorded_and_the_slot_is_not_run_again(proj
     assert "before\ufffdafter" in tail
 
 
-def test_a_signal_during_the_claim_records_the_run_terminated_and_never_starts_the_command(
+def test_a_signal_while_the_claim_waits_for_the_database_ends_it_and_never_starts_the_command(
     sqlite_project, ping_server
 ):
     """The claim waits for the database (the test holds SQLite's write lock), and SIGTERM
-    arrives then: noted, acted on once the claim is written, before the command starts."""
-    import fcntl
+    arrives then: the wait ends at once (issue 20; before, the claim was written once the lock
+    was free, then recorded terminated), nothing is claimed, the command never starts."""
     import sqlite3
+
+    from .test_takeover import Lines, wait_for
 
     project = sqlite_project
     ping_to(project, ping_server)
@@ -571,29 +573,21 @@ def test_a_signal_during_the_claim_records_the_run_terminated_and_never_starts_t
     blocker.execute("BEGIN IMMEDIATE")  # run_job's claim waits on this
     try:
         proc = project.popen("run_job", "t_claimed")
-        lock_file = project.lock_dir / "t_claimed.lock"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the job lock taken: the guard is next, then the claim
-            if lock_file.exists():
-                with open(lock_file) as probe:
-                    try:
-                        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        fcntl.flock(probe, fcntl.LOCK_UN)
-                    except BlockingIOError:
-                        break
-            time.sleep(0.05)
-        time.sleep(1)  # into the claim, which cannot pass while the write lock is ours
+        err = Lines(proc, stream="stderr")
+        wait_for(lambda: "database is locked by another writer" in err.text, what="the wait")
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        out = proc.stdout.read()
+        proc.wait(30)
+        err.thread.join(10)
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
+    assert proc.returncode == 143, err.text
     assert "the command ran" not in out
-    assert [r[3:5] for r in project.db.runs()] == [("terminated", 143)]
-    assert project.db.query("SELECT state FROM ops_slotclaim") == [("terminated",)]
-    assert ping_server.log[-1][0].path.endswith("/t_claimed/143")
+    assert "terminated by SIGTERM while waiting for a lock to claim" in out
+    assert project.db.query("SELECT count(*) FROM ops_slotclaim") == [(0,)]
+    assert not [r for r in project.db.runs() if r[3] != "skipped"]
+    assert not ping_server.log  # a skip ended by a signal pings nothing, as a standby's
 
 
 def test_a_future_logical_date_is_refused(sqlite_project):

@@ -36,11 +36,14 @@ print("done", flush=True)
 
 
 class Lines:
-    """A process's stdout, read by a thread, so a test can wait on it with a deadline."""
+    """A process's stdout (or stderr), read by a thread, so a test can wait on it with a
+    deadline."""
 
-    def __init__(self, proc):
+    def __init__(self, proc, stream: str = "stdout"):
         self.text = ""
-        self.thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        self.thread = threading.Thread(
+            target=self._read, args=(getattr(proc, stream),), daemon=True
+        )
         self.thread.start()
 
     def _read(self, stream):

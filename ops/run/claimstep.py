@@ -6,7 +6,9 @@ off from the database) waits for that transaction outside its own claim transact
 claims of the job's other slots go on meanwhile (ops/run/claims.py). The wait says what it
 waits for, once; it is bounded (a standby's bound, else TAKEOVER_WAIT: then exit 75 naming the
 holder); SIGTERM and SIGINT end it at once (runner.signals.sleep raises Interrupted), recorded
-as a skip with 128+N and nothing claimed.
+as a skip with 128+N and nothing claimed. A claim that meets another writer's lock (SQLite's
+one writer, a PostgreSQL lock) is retried the same way (ops/run/patience.py); past its bound
+the run is a failure: exit 1, /fail, recorded if anything can be written.
 """
 
 import time
@@ -14,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from ..models import SlotClaim
+from ..models import Outcome, SlotClaim
 from ..schedule.durations import format_duration, human_duration
 from ..schedule.slots import Slot
-from . import claims, standby
+from . import claims, patience, standby
 from .plan import say
 from .signals import Interrupted
 
@@ -45,6 +47,8 @@ def claim_slot(runner: "Runner", slot: Slot, catch_up: bool) -> claims.ClaimResu
         runner.stop = True
         note = f"{interrupted} while {runner.claim_wait or f'claiming {slot}'}"
         return runner.skip(slot, note, interrupted.exit_code, catch_up, ping=False)
+    except patience.Locked as locked:
+        return cannot_claim(runner, slot, locked)
     if result.status == "done":
         return runner.skip(slot, f"already done for {slot}", 0, catch_up)
     if result.status == "busy":
@@ -56,6 +60,30 @@ def claim_slot(runner: "Runner", slot: Slot, catch_up: bool) -> claims.ClaimResu
             runner.stderr,
         )
     return result
+
+
+def cannot_claim(runner: "Runner", slot: Slot, locked: patience.Locked) -> int:
+    """Another writer held the database for the whole bound: a failed attempt, recorded if the
+    database takes one more write now, said on stderr and pinged /fail either way."""
+    runner.stop = True
+    note = f"{locked}: could not claim {slot}"
+    now = timezone.now()
+    try:
+        patience.patiently(
+            lambda: claims.new_run(
+                runner.plan.name, slot, host=runner.host, pid=runner.pid, now=now,
+                command=runner.opts.command, outcome=Outcome.FAILED, note=note, exit_code=1,
+                finished_at=now, duration=0.0,
+            ),
+            sleep=time.sleep,
+            bound=0.0,  # one try
+        )  # fmt: skip
+    except patience.Locked:
+        note += " (not recorded: nothing can be written)"
+    say(f"error: job {runner.plan.name}: {note}", runner.stderr)
+    head = runner.catch_up_head() + f"cronops: {note}\n".encode()
+    runner.pinger().finish(None, b"", kind="fail", head=head)
+    return 1
 
 
 def takeover_bound(runner: "Runner") -> float:
@@ -81,16 +109,29 @@ def claim(runner: "Runner", slot: Slot) -> claims.ClaimResult:
             runner.stdout,
         )
 
-    return claims.claim(
-        runner.plan.name,
-        slot,
-        host=runner.host,
-        pid=runner.pid,
-        now=timezone.now(),
-        force=bool(runner.opts.force),
-        stale_after=claims.STALE_HEARTBEATS * runner.heartbeat,
-        command=runner.opts.command,
-        wait=claims.Waiting(runner.signals.sleep, deadline, timezone.now, begins),
+    def locked(reason: str, left: float) -> None:
+        runner.claim_wait = f"waiting for a lock to claim {slot} ({reason})"
+        say(
+            f"job {runner.plan.name}: {reason}; waiting up to {human_duration(left)} to claim "
+            f"{slot}",
+            runner.stderr,
+        )
+
+    fence = claims.Waiting(runner.signals.sleep, deadline, timezone.now, begins)
+    return patience.patiently(
+        lambda: claims.claim(
+            runner.plan.name,
+            slot,
+            host=runner.host,
+            pid=runner.pid,
+            now=timezone.now(),
+            force=bool(runner.opts.force),
+            stale_after=claims.STALE_HEARTBEATS * runner.heartbeat,
+            command=runner.opts.command,
+            wait=fence,
+        ),
+        sleep=runner.signals.sleep,
+        waiting=locked,
     )
 
 

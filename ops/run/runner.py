@@ -23,7 +23,7 @@ from ..monitors.pings import PingConfig, Pinger
 from ..monitors.redact import Redactor
 from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
 from ..schedule.slots import Slot
-from . import claims, claimstep, descendants, process, standby
+from . import claims, claimstep, descendants, patience, process, standby
 from .heartbeat import Heartbeat, taken_over_note
 from .lock import JobLock, LockError
 from .output import JobLog, Tail, Tee, settle, standard_streams
@@ -106,19 +106,24 @@ class Runner:
         ping: bool = True,
     ) -> int:
         now = timezone.now()
-        claims.new_run(
-            self.plan.name,
-            slot,
-            host=self.host,
-            pid=self.pid,
-            now=now,
-            command=self.opts.command,
-            outcome=Outcome.SKIPPED,
-            note=note,
-            exit_code=exit_code,
-            finished_at=now,
-            duration=0.0,
-        )
+        try:
+            self.write(
+                lambda: claims.new_run(
+                    self.plan.name,
+                    slot,
+                    host=self.host,
+                    pid=self.pid,
+                    now=now,
+                    command=self.opts.command,
+                    outcome=Outcome.SKIPPED,
+                    note=note,
+                    exit_code=exit_code,
+                    finished_at=now,
+                    duration=0.0,
+                )
+            )
+        except patience.Locked as locked:
+            say(f"error: job {self.plan.name}: {locked}: this skip is not recorded", self.stderr)
         if exit_code or not self.opts.quiet:
             say(f"job {self.plan.name}: {note}", self.stdout)
         if catch_up:
@@ -126,6 +131,18 @@ class Runner:
         elif ping:
             self.pinger().log(note)
         return exit_code
+
+    def write(self, write):
+        """One of run_job's own writes, waiting for another writer's lock up to LOCK_WAIT
+        (ops/run/patience.py); after a signal that ends the run, one try."""
+        bound = patience.LOCK_WAIT if self.signals.received is None else 0.0
+
+        def waiting(reason: str, left: float) -> None:
+            say(f"job {self.plan.name}: {reason}; waiting up to {left:.0f} s to write", self.stderr)
+
+        return patience.patiently(
+            write, sleep=lambda s: self.signals.wait([], s), bound=bound, waiting=waiting
+        )
 
     def send_summary(self, exit_code: int) -> None:
         """A final ping for catch-up slots when no slot of this call sent one (the current slot
@@ -203,13 +220,16 @@ class Runner:
                 return result
             run = result.taken
         else:
-            run = claims.new_run(
-                self.plan.name,
-                None,
-                host=self.host,
-                pid=self.pid,
-                now=timezone.now(),
-                command=self.opts.command,
+            now = timezone.now()
+            run = self.write(
+                lambda: claims.new_run(
+                    self.plan.name,
+                    None,
+                    host=self.host,
+                    pid=self.pid,
+                    now=now,
+                    command=self.opts.command,
+                )
             )
         return self.execute_run(run, slot, catch_up=catch_up)
 
@@ -311,10 +331,11 @@ class Runner:
             # The database went away during the run: the outcome exists nowhere but here, so
             # say so once, fail the ping and the exit code; the claim stays "running" and the
             # next run records this attempt as abandoned and runs the slot again.
-            note = (
-                f"database unavailable: could not record the outcome ({outcome}, exit "
-                f"{exit_code}): {lost}"
-            )
+            what = f"could not record the outcome ({outcome}, exit {exit_code})"
+            if lost.startswith("database unavailable: "):
+                note = lost.replace(": ", f": {what}: ", 1)
+            else:  # another writer held the database for the whole bound
+                note = f"{lost}: {what}"
             say(f"error: job {self.plan.name}: {note}", self.stderr)
             exit_code, kind, self.stop = exit_code or 1, "fail", True
         elif run.outcome == Outcome.TAKEN_OVER:
@@ -371,19 +392,25 @@ class Runner:
         run.finished_at = timezone.now()
         run.duration = duration
         run.output_tail = tail.text(HISTORY_TAIL_BYTES)
+
+        def save() -> None:
+            with transaction.atomic():
+                # Fenced: the outcome goes onto the claim only while the claim is ours.
+                if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run):
+                    self.taken_over(run)
+                run.save()
+
         for attempt in (1, 2):
             try:
-                with transaction.atomic():
-                    # Fenced: the outcome goes onto the claim only while the claim is ours.
-                    if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run):
-                        self.taken_over(run)
-                    run.save()
+                self.write(save)
                 return ""
+            except patience.Locked as locked:
+                return str(locked)
             except DatabaseError as exc:
                 if attempt == 1:
                     connection.close()  # a server restart meanwhile: retry once, afresh
                     continue
-                return one_line(exc)
+                return f"database unavailable: {one_line(exc)}"
         return ""
 
     def taken_over(self, run: JobRun) -> None:
@@ -473,6 +500,10 @@ def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") ->
     except LockError as exc:
         # The lock directory cannot be used (read-only or full file system, permissions):
         # nothing can run on this host until it is fixed, so monitoring hears about it.
+        say(f"error: {exc}", stderr)
+        _fail_ping(plan, argv, str(exc))
+        return 1
+    except patience.Locked as exc:  # another writer held the database for the whole bound
         say(f"error: {exc}", stderr)
         _fail_ping(plan, argv, str(exc))
         return 1

@@ -1,0 +1,99 @@
+"""run_job's own writes when another transaction holds a lock they need: short tries, retried
+within a bound, signals checked between tries.
+
+SQLite has one writer at a time: a job whose write transaction lasts 45 s holds every other
+process's writes back as long (past the settings' busy timeout, 30 s, they fail with "database
+is locked"). On PostgreSQL the claim step can meet a lock too: the job's claim lock, a claim row
+that a frozen holder's record holds. A wait inside the database cannot be ended by a signal,
+so run_job's parent process, which owns its connection, lets each try wait at most TRY seconds
+for a lock (SQLite `PRAGMA busy_timeout`, PostgreSQL `lock_timeout`), then pauses with the
+runner's sleep (a SIGTERM ends the claim step's at once) and tries again, until LOCK_WAIT has
+passed: `Locked`, whose message says what held it and how long.
+"""
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import DatabaseError, connection
+
+LOCK_WAIT = 300.0  # seconds run_job waits for another writer (README, "SQLite and long writes")
+TRY = 0.5  # seconds one statement may wait for a lock
+PAUSE = 0.1  # seconds between two tries
+_LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's lock_timeout
+
+T = TypeVar("T")
+
+
+class Locked(Exception):
+    """Another transaction held a lock the write needed for the whole bound."""
+
+    def __init__(self, reason: str, seconds: float):
+        super().__init__(f"{reason} for {seconds:.0f} s")
+        self.reason, self.seconds = reason, seconds
+
+
+def held_by(exc: BaseException) -> str:
+    """What held the lock that `exc` gave up on ("" for any other error)."""
+    if connection.vendor == "sqlite" and "database is locked" in str(exc):
+        return "database is locked by another writer"
+    cause = exc.__cause__  # the driver's error: psycopg 3 says sqlstate, psycopg2 pgcode
+    if _LOCK_NOT_AVAILABLE in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None)):
+        return "a lock it needs is held by another transaction"
+    return ""
+
+
+@contextlib.contextmanager
+def short_lock_waits():
+    """This thread's connection waits at most TRY seconds for a lock, until the block ends."""
+    if connection.vendor == "sqlite":
+        read, write = "PRAGMA busy_timeout", "PRAGMA busy_timeout = {}"
+        value = str(int(TRY * 1000))
+    elif connection.vendor == "postgresql":
+        read = "SELECT current_setting('lock_timeout')"
+        write = "SELECT set_config('lock_timeout', '{}', false)"
+        value = f"{int(TRY * 1000)}ms"
+    else:
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(read)
+        (before,) = cursor.fetchone()
+        cursor.execute(write.format(value))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+            cursor.execute(write.format(before))  # a value the server gave: no quoting needed
+
+
+def patiently(
+    write: Callable[[], T],
+    *,
+    sleep: Callable[[float], object],
+    bound: float | None = None,
+    waiting: Callable[[str, float], None] | None = None,
+) -> T:
+    """`write()`, tried again while another transaction holds a lock it needs, for `bound`
+    seconds (default LOCK_WAIT); `waiting(what holds it, seconds left)` is told once, when it
+    first meets the lock. `write` runs whole each time: a transaction of its own, or a single
+    statement."""
+    bound = LOCK_WAIT if bound is None else bound
+    started = time.monotonic()
+    told = False
+    while True:
+        try:
+            with short_lock_waits():
+                return write()
+        except DatabaseError as exc:
+            reason = held_by(exc)
+            if not reason:
+                raise
+            waited = time.monotonic() - started
+            if waited >= bound:
+                raise Locked(reason, waited) from exc
+            if waiting is not None and not told:
+                told = True
+                waiting(reason, bound - waited)
+            sleep(min(PAUSE, bound - waited))

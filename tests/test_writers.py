@@ -1,0 +1,226 @@
+"""run_job meets another writer (issue 20, item 3): SQLite's one writer at a time, and the locks
+of PostgreSQL's claim step.
+
+Before: a job holding a write transaction for 45 s made another job that started 4 s later fail
+after 31 s (`database unavailable: database is locked`, exit 1, nothing recorded, the slot not
+run), a locked database at the end lost the outcome, and a claim blocked on a lock could not be
+ended by SIGTERM. Now each write of run_job's own waits a short while per try and is tried
+again within a bound (ops/run/patience.py), signals checked between tries.
+
+The in-process tests shorten the settings' busy timeout (30 s) to 1 s, so that the writer holds
+the database longer than it, as the 45 s job did, in a few seconds.
+"""
+
+import hashlib
+import re
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import time_machine
+from django.db import connection
+
+from ops.models import JobRun, Outcome, SlotClaim
+from ops.run import patience, runner
+
+from .conftest import PING_KEY
+from .test_takeover import Lines, lock_waits, wait_for
+
+
+class Writer:
+    """Another process's write transaction on the SQLite file (BEGIN IMMEDIATE): held until
+    `release()`, or for `seconds` from `hold()`."""
+
+    def __init__(self, path: str):
+        self.con = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.held = False
+
+    def hold(self, seconds: float | None = None) -> "Writer":
+        self.con.execute("BEGIN IMMEDIATE")
+        self.con.execute("CREATE TABLE IF NOT EXISTS t_writer (x)")
+        self.held = True
+        if seconds is not None:
+            threading.Timer(seconds, self.release).start()
+        return self
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.con.execute("COMMIT")
+
+
+@pytest.fixture
+def sqlite_db(transactional_db, settings, tmp_path):
+    """The test database (SQLite only) with a 1 s busy timeout; its file's path."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's one writer")
+    settings.OPS_LOCK_DIR = tmp_path / "lock"
+    settings.OPS_CRONTAB_DIR = tmp_path
+    options = connection.settings_dict["OPTIONS"]
+    before = options.get("timeout")
+    options["timeout"] = 1
+    connection.close()
+    yield connection.settings_dict["NAME"]
+    options["timeout"] = before
+    connection.close()
+
+
+def run_at(instant: str, *argv: str) -> int:
+    with time_machine.travel(instant, tick=False):
+        return runner.run(list(argv))
+
+
+def test_a_claim_that_meets_a_longer_writer_waits_for_it_and_runs_the_slot(
+    sqlite_db, tmp_path, capsys
+):
+    (tmp_path / "t.cron").write_text("0 3 * * * --name=t sleep_demo --seconds=0\n")
+    writer = Writer(sqlite_db).hold(seconds=4)  # longer than the busy timeout (1 s here)
+    started = time.monotonic()
+    try:
+        code = run_at("2026-11-29T03:00:05+00:00", "t")
+    finally:
+        writer.release()
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert time.monotonic() - started >= 3.5
+    assert (
+        "job t: database is locked by another writer; waiting up to 5m to claim 2026-11-29" in err
+    )
+    run = JobRun.objects.get()
+    assert (run.slot, run.outcome) == ("2026-11-29", Outcome.SUCCEEDED)
+
+
+def test_a_claim_locked_for_the_whole_bound_says_so_pings_fail_and_exits_1(
+    sqlite_db, tmp_path, capsys, monkeypatch, settings, ping_server
+):
+    settings.HEALTHCHECKS_PING_URL = ping_server.url_for("/")
+    settings.HEALTHCHECKS_PING_KEY = PING_KEY
+    monkeypatch.setattr(patience, "LOCK_WAIT", 2.0)
+    (tmp_path / "t.cron").write_text("0 3 * * * --name=t sleep_demo --seconds=0\n")
+    writer = Writer(sqlite_db).hold()
+    try:
+        code = run_at("2026-11-29T03:00:05+00:00", "t")
+    finally:
+        writer.release()
+    err = capsys.readouterr().err
+    assert code == 1, err
+    said = re.search(
+        r"cronops: error: job t: database is locked by another writer for (\d+) s: could not "
+        r"claim 2026-11-29 \(not recorded: nothing can be written\)",
+        err,
+    )
+    assert said and int(said.group(1)) >= 2, err
+    [(request, _)] = ping_server.log
+    assert request.path == f"/{PING_KEY}/t/fail"
+    assert b"database is locked by another writer for" in request.get_data()
+    assert not JobRun.objects.exists() and not SlotClaim.objects.exists()
+
+
+def test_the_outcome_waits_for_a_writer_that_holds_the_database_as_the_job_ends(
+    sqlite_db, tmp_path, capsys
+):
+    """Before: two tries of the busy timeout, then `database unavailable: could not record the
+    outcome`, exit 1: a succeeded slot left `running`, to be run again."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    (tmp_path / "job.py").write_text(
+        f"import os, time\nopen({str(started)!r}, 'w').close()\n"
+        f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.02)\n"
+    )
+    job = f"shell --command=\"exec(open('{tmp_path}/job.py').read())\""
+    (tmp_path / "t.cron").write_text(f"0 3 * * * --name=t {job}\n")
+    writer = Writer(sqlite_db)
+
+    def hold_as_the_job_ends():
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        writer.hold(seconds=4)
+        go.touch()
+
+    thread = threading.Thread(target=hold_as_the_job_ends)
+    thread.start()
+    try:
+        exit_code = run_at("2026-11-29T03:00:05+00:00", "t")
+    finally:
+        thread.join()
+        writer.release()
+    err = capsys.readouterr().err
+    assert exit_code == 0, err
+    assert "job t: database is locked by another writer; waiting up to" in err
+    assert list(JobRun.objects.values_list("outcome", flat=True)) == [Outcome.SUCCEEDED]
+    assert list(SlotClaim.objects.values_list("state", flat=True)) == [Outcome.SUCCEEDED]
+
+
+def test_sigterm_ends_a_claim_waiting_for_another_writer_at_once(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_job", "print('ran', flush=True)")
+    project.write_cron("t.cron", "0 0 * * * t_job\n")
+    writer = Writer(project.db.url.removeprefix("sqlite:///")).hold()
+    try:
+        proc = project.popen("run_job", "t_job")
+        said = Lines(proc, stream="stderr")
+        # Before: silent for the busy timeout (30 s), then `database unavailable`, exit 1.
+        wait_for(lambda: "database is locked by another writer" in said.text or proc.poll(), 60)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        took = time.monotonic() - sent
+        said.thread.join(10)
+        out = proc.stdout.read()
+    finally:
+        writer.release()
+    assert proc.returncode == 143, said.text + out
+    assert took < 3, took
+    assert "waiting up to 5m to claim" in said.text
+    assert "terminated by SIGTERM while waiting for a lock to claim" in out
+    assert "ran" not in out
+    # nothing of it left running (its skip could not be written either, and it said so)
+    assert "this skip is not recorded" in said.text
+    assert project.db.query("SELECT count(*) FROM ops_slotclaim") == [(0,)]
+
+
+def test_sigterm_ends_a_claim_waiting_for_the_jobs_claim_lock_at_once(pg_project):
+    """PostgreSQL: a claim meets a lock held by another transaction (here the job's claim
+    lock, as a claim transaction frozen half-way would hold it). Before: blocked in the
+    database, deaf to SIGTERM until the lock was released."""
+    import psycopg
+
+    project = pg_project
+    project.add_command("t_job", "print('ran', flush=True)")
+    project.write_cron("t.cron", "0 0 * * * t_job\n")
+    digest = hashlib.sha256(b"cronops claim t_job").digest()
+    with psycopg.connect(project.db.url) as holder:  # a transaction, open until the end
+        holder.execute(
+            "SELECT pg_advisory_xact_lock(%s)", [int.from_bytes(digest[:8], "big", signed=True)]
+        )
+        proc = project.popen("run_job", "t_job")
+        said = Lines(proc, stream="stderr")
+        wait_for(
+            lambda: "held by another transaction" in said.text or lock_waits(project.db) > 0,
+            what="the claim at the lock",
+        )
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        finally:
+            holder.rollback()
+        took = time.monotonic() - sent
+        said.thread.join(10)
+    out = proc.stdout.read()
+    assert proc.returncode == 143, said.text + out
+    assert took < 3, took
+    assert "job t_job: a lock it needs is held by another transaction; waiting up to 5m" in (
+        said.text
+    )
+    assert project.db.query("SELECT outcome, exit_code FROM ops_jobrun") == [("skipped", 143)]
+    assert project.db.query("SELECT count(*) FROM ops_slotclaim") == [(0,)]
+
+
+def test_the_bound_and_the_advice_are_in_the_readme():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert f"{patience.LOCK_WAIT / 60:.0f} minutes" in readme
+    assert "PRAGMA busy_timeout" in readme
