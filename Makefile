@@ -93,7 +93,7 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# Benchmarks P1-P9 and fault scenarios F1-F10 (bench/RESULTS.md). Not part of `test`: they take
+# Benchmarks P1-P9 and fault scenarios F1-F11 (bench/RESULTS.md). Not part of `test`: they take
 # minutes and measure the machine. F3 needs PostgreSQL (bash .ci/services.sh); F5 and F6 use
 # root (a throwaway user, tmpfs mounts) when they have it. BENCH_ARGS=--quick for a smoke run,
 # BENCH_ARGS=--only=P4,F2 for some.

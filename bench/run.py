@@ -1,4 +1,4 @@
-"""`make bench` / `make faults`: run every benchmark (P1-P9) or fault scenario (F1-F10), then
+"""`make bench` / `make faults`: run every benchmark (P1-P9) or fault scenario (F1-F11), then
 print the machine and a summary of every goal (met / NOT met).
 
     .venv/bin/python bench/run.py bench|faults [--only P4,F2] [--quick]
@@ -57,6 +57,18 @@ SUITES = {
         ("F8", ["faults/f8_property.py"], ["faults/f8_property.py", "--quick"]),
         ("F9", ["faults/f9_standby.py"], ["faults/f9_standby.py", "--quick"]),
         ("F10", ["faults/f10_environ.py"], ["faults/f10_environ.py", "--runs", "100"]),
+        (
+            "F11",
+            ["faults/f11_sqlite_writers.py"],
+            [
+                "faults/f11_sqlite_writers.py",
+                "--writer",
+                "35",
+                "--record-writer",
+                "0",
+                "--no-bound",
+            ],
+        ),
     ],
 }
 
