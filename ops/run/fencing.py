@@ -72,7 +72,9 @@ class HeldClaim:
         exclusively), so what the transaction writes is written by the holder. The claim's row
         is not locked and other claims of the job do not wait: the holder's heartbeats go on
         meanwhile, a long transaction does not make it look dead, and a second run of the slot
-        is still told `busy` at once. (SQLite has one writer at a time anyway.)
+        is still told `busy` at once. (SQLite has one writer at a time anyway.) This guards
+        late writes of a holder that lost its claim; work a new holder redoes needs
+        `ops.once` (or a unique constraint of the job's own).
 
         Outside a transaction (autocommit) the lock would end with its own statement:
         TransactionManagementError. PostgreSQL's REPEATABLE READ or SERIALIZABLE would read the

@@ -21,6 +21,7 @@ from .. import conf
 from ..models import JobRun, Outcome
 from ..monitors.pings import PingConfig, Pinger
 from ..monitors.redact import Redactor
+from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
 from ..schedule.slots import Slot
 from . import claims, claimstep, descendants, patience, process, standby
@@ -132,13 +133,18 @@ class Runner:
             self.pinger().log(note)
         return exit_code
 
-    def write(self, write):
+    def write(self, write, *, outcome: bool = False):
         """One of run_job's own writes, waiting for another writer's lock up to LOCK_WAIT
-        (ops/run/patience.py); after a signal that ends the run, one try."""
-        bound = patience.LOCK_WAIT if self.signals.received is None else 0.0
+        (ops/run/patience.py); after a signal that ends the run, one try, unless it records a
+        job's outcome (which may stand: a signal that came after the job ended)."""
+        bound = patience.LOCK_WAIT if self.signals.received is None or outcome else 0.0
 
         def waiting(reason: str, left: float) -> None:
-            say(f"job {self.plan.name}: {reason}; waiting up to {left:.0f} s to write", self.stderr)
+            say(
+                f"job {self.plan.name}: {reason}; waiting up to {human_duration(left)} to write "
+                "its record",
+                self.stderr,
+            )
 
         return patience.patiently(
             write, sleep=lambda s: self.signals.wait([], s), bound=bound, waiting=waiting
@@ -402,7 +408,7 @@ class Runner:
 
         for attempt in (1, 2):
             try:
-                self.write(save)
+                self.write(save, outcome=True)
                 return ""
             except patience.Locked as locked:
                 return str(locked)
