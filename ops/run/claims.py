@@ -34,7 +34,7 @@ from django.db.models import F, Q
 
 from ..models import JobRun, Outcome, SlotClaim
 from ..schedule.slots import Slot, start_of_day
-from . import descendants, process
+from . import descendants, patience, process
 from .fencing import (  # noqa: F401  (their old home: callers import them from here too)
     ENV_HOLDER,
     ENV_JOB,
@@ -313,6 +313,7 @@ def claim(
 def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> ClaimResult | None:
     """One attempt; None when another run changed the claim between our read and our update."""
     with transaction.atomic():
+        patience.in_transaction()  # under run_job: a lock wait ends and is tried again
         lock_job(job)
         row, created = SlotClaim.objects.get_or_create(
             job=job,

@@ -6,12 +6,13 @@ process's writes back as long (past the settings' busy timeout, 30 s, they fail 
 is locked"). On PostgreSQL the claim step can meet a lock too: the job's claim lock, a claim row
 that a frozen holder's record holds. A wait inside the database cannot be ended by a signal,
 so run_job's parent process, which owns its connection, lets each try wait at most TRY seconds
-for a lock (SQLite `PRAGMA busy_timeout`, PostgreSQL `lock_timeout`), then pauses with the
-runner's sleep (a SIGTERM ends the claim step's at once) and tries again, until LOCK_WAIT has
-passed: `Locked`, whose message says what held it and how long.
+for a lock (SQLite `PRAGMA busy_timeout`, PostgreSQL `SET LOCAL lock_timeout`), then pauses
+with the runner's sleep (a SIGTERM ends the claim step's at once) and tries again, until
+LOCK_WAIT has passed: `Locked`, whose message says what held it and how long.
 """
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -44,28 +45,40 @@ def held_by(exc: BaseException) -> str:
     return ""
 
 
+_patient = threading.local()  # inside patiently(), on this thread
+
+
 @contextlib.contextmanager
 def short_lock_waits():
-    """This thread's connection waits at most TRY seconds for a lock, until the block ends."""
-    if connection.vendor == "sqlite":
-        read, write = "PRAGMA busy_timeout", "PRAGMA busy_timeout = {}"
-        value = str(int(TRY * 1000))
-    elif connection.vendor == "postgresql":
-        read = "SELECT current_setting('lock_timeout')"
-        write = "SELECT set_config('lock_timeout', '{}', false)"
-        value = f"{int(TRY * 1000)}ms"
-    else:
-        yield
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(read)
-        (before,) = cursor.fetchone()
-        cursor.execute(write.format(value))
+    """This thread's connection waits at most TRY seconds for a lock, until the block ends:
+    SQLite's busy timeout is the connection's; on PostgreSQL each transaction of run_job's own
+    says so itself (`in_transaction`), since a session setting would outlive the block on a
+    pooled server connection (PgBouncer) and reach the application's transactions."""
+    _patient.on = True
     try:
-        yield
+        if connection.vendor != "sqlite":
+            yield
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA busy_timeout")
+            (before,) = cursor.fetchone()
+            cursor.execute(f"PRAGMA busy_timeout = {int(TRY * 1000)}")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute(f"PRAGMA busy_timeout = {int(before)}")
     finally:
-        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-            cursor.execute(write.format(before))  # a value the server gave: no quoting needed
+        _patient.on = False
+
+
+def in_transaction() -> None:
+    """First thing in a transaction of run_job's own (the claim's, the record's): inside
+    patiently(), on PostgreSQL, its lock waits end after TRY seconds, for this transaction
+    only (SET LOCAL), and patiently() tries it again."""
+    if getattr(_patient, "on", False) and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{int(TRY * 1000)}ms'")
 
 
 def patiently(

@@ -401,6 +401,7 @@ class Runner:
 
         def save() -> None:
             with transaction.atomic():
+                patience.in_transaction()
                 # Fenced: the outcome goes onto the claim only while the claim is ours.
                 if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run):
                     self.taken_over(run)
