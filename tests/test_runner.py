@@ -574,7 +574,7 @@ def test_a_signal_while_the_claim_waits_for_the_database_ends_it_and_never_start
     try:
         proc = project.popen("run_job", "t_claimed")
         err = Lines(proc, stream="stderr")
-        wait_for(lambda: "database is locked by another writer" in err.text, what="the wait")
+        wait_for(lambda: "another writer holds the database" in err.text, what="the wait")
         proc.send_signal(signal.SIGTERM)
         out = proc.stdout.read()
         proc.wait(30)

@@ -110,7 +110,7 @@ def report(ident, label, done, rows, writer_seconds) -> None:
     codes = [code for _, code, _, _ in done]
     walls = sorted(wall for _, _, wall, _ in done)
     unavailable = sum("database unavailable" in out for *_, out in done)
-    said = sum("database is locked by another writer; waiting" in out for *_, out in done)
+    said = sum("another writer holds the database; waiting" in out for *_, out in done)
     ok = all(c == 0 for c in codes) and not unavailable and set(rows.values()) == {"succeeded"}
     ok = ok and len(rows) == len(done)
     goal(

@@ -109,11 +109,11 @@ def claim(runner: "Runner", slot: Slot) -> claims.ClaimResult:
             runner.stdout,
         )
 
-    def locked(reason: str, left: float) -> None:
+    def locked(reason: str, bound: float) -> None:
         runner.claim_wait = f"waiting for a lock to claim {slot} ({reason})"
         say(
-            f"job {runner.plan.name}: {reason}; waiting up to {human_duration(left)} to claim "
-            f"{slot}",
+            f"job {runner.plan.name}: {reason}; waiting for it to claim {slot} (at most "
+            f"{human_duration(bound)})",
             runner.stderr,
         )
 

@@ -22,6 +22,7 @@ from django.db import DatabaseError, connection
 LOCK_WAIT = 300.0  # seconds run_job waits for another writer (README, "SQLite and long writes")
 TRY = 0.5  # seconds one statement may wait for a lock
 PAUSE = 0.1  # seconds between two tries
+SAY_AFTER = 5.0  # seconds of waiting before it is said: 20 jobs starting at once wait less
 _LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's lock_timeout
 
 T = TypeVar("T")
@@ -35,13 +36,24 @@ class Locked(Exception):
         self.reason, self.seconds = reason, seconds
 
 
+# What held the lock: said when a wait begins, and in the error past the bound.
+WAITING = {
+    "sqlite": "another writer holds the database",
+    "postgresql": "another transaction holds a lock it needs",
+}
+LOCKED = {
+    "sqlite": "database is locked by another writer",
+    "postgresql": "a lock it needs was held by another transaction",
+}
+
+
 def held_by(exc: BaseException) -> str:
-    """What held the lock that `exc` gave up on ("" for any other error)."""
+    """The vendor whose lock `exc` gave up on ("" for any other error)."""
     if connection.vendor == "sqlite" and "database is locked" in str(exc):
-        return "database is locked by another writer"
+        return "sqlite"
     cause = exc.__cause__  # the driver's error: psycopg 3 says sqlstate, psycopg2 pgcode
     if _LOCK_NOT_AVAILABLE in (getattr(cause, "sqlstate", None), getattr(cause, "pgcode", None)):
-        return "a lock it needs is held by another transaction"
+        return "postgresql"
     return ""
 
 
@@ -89,9 +101,9 @@ def patiently(
     waiting: Callable[[str, float], None] | None = None,
 ) -> T:
     """`write()`, tried again while another transaction holds a lock it needs, for `bound`
-    seconds (default LOCK_WAIT); `waiting(what holds it, seconds left)` is told once, when it
-    first meets the lock. `write` runs whole each time: a transaction of its own, or a single
-    statement."""
+    seconds (default LOCK_WAIT); `waiting(what holds it, the bound)` is told once, when the
+    wait has lasted SAY_AFTER seconds. `write` runs whole each time: a transaction of its own,
+    or a single statement."""
     bound = LOCK_WAIT if bound is None else bound
     started = time.monotonic()
     told = False
@@ -100,13 +112,13 @@ def patiently(
             with short_lock_waits():
                 return write()
         except DatabaseError as exc:
-            reason = held_by(exc)
-            if not reason:
+            vendor = held_by(exc)
+            if not vendor:
                 raise
             waited = time.monotonic() - started
             if waited >= bound:
-                raise Locked(reason, waited) from exc
-            if waiting is not None and not told:
+                raise Locked(LOCKED[vendor], waited) from exc
+            if waiting is not None and not told and waited >= SAY_AFTER:
                 told = True
-                waiting(reason, bound - waited)
+                waiting(WAITING[vendor], bound)
             sleep(min(PAUSE, bound - waited))

@@ -139,10 +139,10 @@ class Runner:
         job's outcome (which may stand: a signal that came after the job ended)."""
         bound = patience.LOCK_WAIT if self.signals.received is None or outcome else 0.0
 
-        def waiting(reason: str, left: float) -> None:
+        def waiting(reason: str, bound: float) -> None:
             say(
-                f"job {self.plan.name}: {reason}; waiting up to {human_duration(left)} to write "
-                "its record",
+                f"job {self.plan.name}: {reason}; waiting for it to write its record (at most "
+                f"{human_duration(bound)})",
                 self.stderr,
             )
 
