@@ -1,0 +1,50 @@
+"""run_job's pings against the server's rules for the order of events and for body filters.
+
+The server pairs a start and its final ping by `rid` in the order it acts on them: a `/start`
+acted on after its run's success leaves the check "started", and it goes down one grace later.
+With "filter by HTTP body" on, keywords in a ping's body decide what it is, whatever its URL
+says. Real processes (a deployed copy of the project) ping the stand-in (tests/hcserver.py).
+"""
+
+import time
+
+from .conftest import PING_KEY
+
+
+def ping_to(project, hc, **extra) -> None:
+    project.write_env(HEALTHCHECKS_PING_URL=hc.ping_url, HEALTHCHECKS_PING_KEY=PING_KEY, **extra)
+
+
+def settle(hc, count: int, timeout: float = 15) -> None:
+    """Wait until the server has acted on `count` pings (a held request ends in its thread)."""
+    deadline = time.monotonic() + timeout
+    while len(hc.pings) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(hc.pings) >= count, hc.pings
+
+
+# --- a start never lands after the final ping ---------------------------------------------
+
+
+def test_a_start_still_in_flight_when_the_job_ends_never_lands_after_the_success(
+    sqlite_project, hc
+):
+    project = sqlite_project
+    ping_to(project, hc, OPS_PING_BUDGET_SECONDS=4)
+    check = hc.add(slug="t_quick")
+    # The server holds /start longer than the final ping waits for it (half the budget), and
+    # drops it once its client goes away (nginx's way); the success is acted on at once but
+    # answered late, so the run is still alive then.
+    hc.delay("start", 3)
+    hc.slow_answer("success", 2)
+    project.add_command("t_quick", "print('quick')")
+    result = project.run_job("t_quick")
+    assert result.returncode == 0
+    settle(hc, 2)
+    kinds = [(p.kind, p.action) for p in hc.pings_of("t_quick")] + [
+        (p.kind, p.action) for p in hc.pings if p.action == "aborted"
+    ]
+    assert ("success", "success") in kinds
+    acted = [p for p in hc.pings if p.action in ("start", "success")]
+    assert [p.kind for p in acted][-1] == "success", acted
+    assert check.state == "up"
