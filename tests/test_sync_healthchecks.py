@@ -462,3 +462,39 @@ def test_a_ping_override_naming_the_jobs_own_check_keeps_it(hc, configured):
         assert code == 0, out
         assert "deleted      own" not in out and "stale" not in out, out
         assert any(c.slug == "own" for c in hc.checks.values())
+
+
+# --- the server's rules: channels, the read-only key, body filters -------------------------
+
+
+@pytest.mark.parametrize("where", ["setting", "environment"])
+def test_an_empty_channels_setting_creates_checks_with_no_integrations(
+    hc, configured, settings, monkeypatch, where
+):
+    # HEALTHCHECKS_CHANNELS="" is documented as "none": the server takes "" as no channels.
+    if where == "setting":
+        settings.HEALTHCHECKS_CHANNELS = ""
+    else:
+        del settings.HEALTHCHECKS_CHANNELS
+        monkeypatch.setenv("HEALTHCHECKS_CHANNELS", "")
+    code, out, _ = sync()
+    assert code == 0
+    assert hc.writes()[0][2]["channels"] == ""
+    assert {tuple(c.channels) for c in hc.checks.values()} == {()}
+    created = "created      charge_daily: cron '0 3 * * *' Europe/Moscow, grace 30m, no channels"
+    assert created in out
+
+
+def test_an_unset_channels_setting_means_every_integration(hc, configured, settings, monkeypatch):
+    del settings.HEALTHCHECKS_CHANNELS
+    monkeypatch.delenv("HEALTHCHECKS_CHANNELS", raising=False)
+    sync()
+    assert {tuple(c.channels) for c in hc.checks.values()} == {tuple(CHANNELS)}
+
+
+def test_a_channel_the_server_does_not_know_is_its_400(hc, configured, settings):
+    settings.HEALTHCHECKS_CHANNELS = f"{CHANNELS[0]},nope"
+    code, _, error = sync()
+    assert code == 1
+    assert error.endswith("400 rejected: invalid channel identifier: nope")
+    assert hc.checks == {}

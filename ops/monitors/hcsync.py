@@ -12,9 +12,9 @@ The plan is computed from crontab.d and the checks the API lists, then applied w
   the check's other tags plus the project tag (OPS_HC_TAG, default
   `cronops-<project directory name>`); `methods` = `POST` (cronops pings with POST, so a link
   preview or a crawler fetching a ping URL is not a success);
-- `name` = the job name and `channels` = HEALTHCHECKS_CHANNELS (default `*`, all) when the
-  check is created; an existing check's name and channels are never touched (a rename in the
-  web UI stays).
+- `name` = the job name and `channels` = HEALTHCHECKS_CHANNELS (default `*`, all; `""`
+  none) when the check is created; an existing check's name and channels are never touched
+  (a rename in the web UI stays).
 
 A check is "this project's" when it carries the project tag and its desc's marker names its own
 slug: sync created it, or adopted it by slug. The web UI's "Create a Copy" keeps tags and desc
@@ -197,12 +197,13 @@ def plan(
         if not matches:
             spec["channels"] = channels
             kind = f"cron {spec['schedule']!r} {spec['tz']}" if "schedule" in spec else "simple"
+            shown = f"channels {channels!r}" if channels else "no channels"
             changes.append(
                 Change(
                     "create",
                     job.name,
                     spec,
-                    [f"{kind}, grace {format_duration(spec['grace'])}, channels {channels!r}"],
+                    [f"{kind}, grace {format_duration(spec['grace'])}, {shown}"],
                 )
             )
             continue
