@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 from ops.monitors.hcapi import ApiError, HealthchecksAPI
 from ops.schedule.crontabd import parse_text
 
-from .hcserver import API_KEY, CHANNELS, HealthchecksServer
+from .hcserver import API_KEY, CHANNELS, READ_KEY, HealthchecksServer
 
 assert len(API_KEY) == 32
 TAG = "cronops-shop"
@@ -498,3 +498,34 @@ def test_a_channel_the_server_does_not_know_is_its_400(hc, configured, settings)
     assert code == 1
     assert error.endswith("400 rejected: invalid channel identifier: nope")
     assert hc.checks == {}
+
+
+def test_a_read_only_key_is_refused_in_one_line_before_anything_is_changed(
+    hc, configured, settings
+):
+    sync()
+    (configured / "10-app.cron").write_text(CRON.replace("--timeout=30m", "--timeout=45m"))
+    (configured / "10-app.cron").write_text(
+        (configured / "10-app.cron").read_text().replace("@reboot", "# @reboot")
+    )
+    settings.HEALTHCHECKS_API_KEY = READ_KEY
+    writes = len(hc.writes())
+    for args in ((), ("--prune",), ("--dry-run",)):
+        code, out, error = sync(*args)
+        assert code == 1
+        assert error == (
+            "healthchecks.io: HEALTHCHECKS_API_KEY is the project's read-only API key: "
+            "sync_healthchecks needs its read-write key (Project Settings → API Access); "
+            "nothing was changed"
+        )
+        assert out == ""
+    assert len(hc.writes()) == writes
+    assert READ_KEY not in error
+
+
+def test_a_read_only_key_of_a_project_without_checks_is_refused_too(hc, configured, settings):
+    settings.HEALTHCHECKS_API_KEY = READ_KEY
+    code, out, error = sync()
+    assert code == 1
+    assert "is the project's read-only API key" in error
+    assert hc.writes() == [] and out == ""

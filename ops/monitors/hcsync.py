@@ -36,7 +36,7 @@ from .. import conf
 from ..schedule.crontabd import Job, Schedule
 from ..schedule.durations import format_duration
 from ..schedule.tznames import current_name, same_zone
-from .hcapi import HealthchecksAPI, check_uuid
+from .hcapi import ApiError, HealthchecksAPI, check_uuid
 from .status import grace_seconds
 
 MAX_SECONDS = 31_536_000  # the API's limit for timeout and grace
@@ -234,9 +234,9 @@ def apply(api: HealthchecksAPI, changes: list[Change]) -> None:
             if created and change.action == "update":
                 change.action = "create"
         elif change.action == "delete":
-            # uuid is None only for a check listed with neither `uuid` nor `update_url` (a
-            # read-only key's listing): left as it was, the DELETE then fails with an ApiError.
-            api.delete(change.uuid, change.slug)  # type: ignore[arg-type]
+            if change.uuid is None:  # never `checks/None`: the command refuses such listings
+                raise ApiError(f"deleting check {change.slug!r}: the listing gave no UUID")
+            api.delete(change.uuid, change.slug)
 
 
 def describe(change: Change, tag: str, dry_run: bool) -> str:

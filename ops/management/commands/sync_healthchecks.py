@@ -2,7 +2,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ops import conf
-from ops.monitors import hcsync
+from ops.monitors import hcapi, hcsync
 from ops.monitors.hcapi import ApiError, HealthchecksAPI
 from ops.schedule.crontabd import CrontabError, load_schedule
 
@@ -59,9 +59,14 @@ class Command(BaseCommand):
         try:
             # Every check of the project, once: duplicates and untagged checks with a job's
             # slug must be seen too.
+            checks = api.list_checks()
+            if hcapi.read_only_listing(checks) or (not checks and not api.can_write()):
+                # Refused before anything is written: with this key a listing looks fine and
+                # every write answers 401.
+                raise ApiError(hcapi.READ_ONLY)
             changes = hcsync.plan(
                 schedule,
-                api.list_checks(),
+                checks,
                 tag=tag,
                 tz=settings.TIME_ZONE,
                 channels=conf.channels(),
