@@ -48,3 +48,29 @@ def test_a_start_still_in_flight_when_the_job_ends_never_lands_after_the_success
     acted = [p for p in hc.pings if p.action in ("start", "success")]
     assert [p.kind for p in acted][-1] == "success", acted
     assert check.state == "up"
+
+
+# --- "filter by HTTP body": the keywords decide, the exit status does not -------------------
+
+
+def test_on_a_check_filtering_by_body_the_keywords_outrank_the_exit_status(sqlite_project, hc):
+    # What `sync_healthchecks` warns about, as the server does it.
+    project = sqlite_project
+    ping_to(project, hc)
+    check = hc.add(slug="t_kw", filter_http_body=True, success_kw="SUCCESS", failure_kw="ERROR")
+    project.add_command(
+        "t_kw", "print('batch: SUCCESS, 3 rows'); raise CommandError('late', returncode=3)"
+    )
+    result = project.run_job("t_kw")
+    assert result.returncode == 3
+    start, final = hc.pings_of("t_kw")
+    assert (start.kind, start.action) == ("start", "ign")  # empty: no duration
+    assert (final.kind, final.action, final.exit_status) == ("3", "success", 3)
+    assert check.state == "up"  # a failed run, stored as a success: no alert
+
+    # A keyword the tail left out: the final ping is ignored, the check unchanged.
+    project.add_command("t_kw2", "print('ERROR early'); print('x' * 20000)")
+    hc.add(slug="t_kw2", filter_http_body=True, success_kw="SUCCESS", failure_kw="ERROR")
+    assert project.run_job("t_kw2").returncode == 0
+    assert [p.action for p in hc.pings_of("t_kw2")] == ["ign", "ign"]
+    assert hc.check("t_kw2").status == "new"

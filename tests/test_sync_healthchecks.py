@@ -529,3 +529,34 @@ def test_a_read_only_key_of_a_project_without_checks_is_refused_too(hc, configur
     assert code == 1
     assert "is the project's read-only API key" in error
     assert hc.writes() == [] and out == ""
+
+
+def test_a_check_filtering_by_body_is_named_with_what_the_filter_does(hc, configured):
+    sync()
+    charge = hc.check("charge_daily")
+    charge.name = "Daily billing"
+    charge.filter_http_body, charge.success_kw, charge.failure_kw = True, "SUCCESS", "ERROR"
+    tick = hc.check("tick")
+    tick.filter_http_body, tick.filter_default_fail = True, True
+    code, out, err, _ = sync_with_stderr()
+    assert code == 0
+    assert out.strip() == "healthchecks.io: nothing to change (4 checks up to date)"
+    lines = err.splitlines()
+    advice = (
+        ". Turn keyword filtering of HTTP bodies off in the check's Filtering Rules (or set "
+        "filter_http_body to false through the API) to keep the exit status authoritative"
+    )
+    assert lines[0] == (
+        "warning: check 'Daily billing' (charge_daily) filters by HTTP body: a ping's body "
+        "decides what it is, not its exit status ('ERROR' → failure; 'SUCCESS' → success; "
+        "anything else → ignored): a failed run whose output has 'SUCCESS' counts as a "
+        "success; a run whose output has no keyword changes nothing (a failure never alerts, "
+        "a success never counts); the empty /start is ignored (no duration); only the end of "
+        "the output is sent: a keyword printed before it is cut away" + advice
+    )
+    assert lines[1] == (
+        "warning: check 'tick' (tick) filters by HTTP body: a ping's body decides what it is, "
+        "not its exit status (no keyword is set: every ping → failure): the empty /start is a "
+        "failure, so every run alerts" + advice
+    )
+    assert len(lines) == 2

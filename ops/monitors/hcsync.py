@@ -115,6 +115,7 @@ class Change:
     spec: dict = field(default_factory=dict)
     diff: list[str] = field(default_factory=list)
     uuid: str | None = None
+    check: dict | None = None  # as listed, for a job's existing check
 
     @property
     def writes(self) -> bool:
@@ -212,7 +213,7 @@ def plan(
         spec["tags"] = _merge_tags(current.get("tags") or "", tag)
         diff = diff_check(spec, current)
         action = "update" if diff else "unchanged"
-        changes.append(Change(action, job.name, spec, diff, check_uuid(current)))
+        changes.append(Change(action, job.name, spec, diff, check_uuid(current), current))
     for slug in sorted(by_slug):
         if slug in wanted:
             continue

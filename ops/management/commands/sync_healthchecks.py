@@ -2,7 +2,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ops import conf
-from ops.monitors import hcapi, hcsync
+from ops.monitors import hcapi, hcarm, hcsync
 from ops.monitors.hcapi import ApiError, HealthchecksAPI
 from ops.schedule.crontabd import CrontabError, load_schedule
 
@@ -72,6 +72,10 @@ class Command(BaseCommand):
                 channels=conf.channels(),
                 prune=prune,
             )
+            for change in changes:
+                warning = hcarm.filter_warning(change.check or {})
+                if warning:
+                    self.stderr.write(warning)
             if not dry_run:
                 self._apply(api, changes, tag)
         except ApiError as exc:
