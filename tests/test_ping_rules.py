@@ -50,6 +50,31 @@ def test_a_start_still_in_flight_when_the_job_ends_never_lands_after_the_success
     assert check.state == "up"
 
 
+def test_a_start_an_intermediary_delivers_after_the_success_is_followed_by_the_success_again(
+    sqlite_project, hc
+):
+    # An intermediary that had the whole /start delivers it 3 s later whatever the client
+    # does (a proxy that does not abort on a client's close, a queue in front of the server):
+    # the final ping, sent after half the budget, lands first.
+    project = sqlite_project
+    ping_to(project, hc, OPS_PING_BUDGET_SECONDS=4)
+    check = hc.add(slug="t_held")
+    hc.hold("start", 3)
+    project.add_command("t_held", "print('quick')")
+    began = time.monotonic()
+    result = project.run_job("t_held")
+    took = time.monotonic() - began
+    assert result.returncode == 0
+    assert "ping" not in result.stderr, result.stderr
+    settle(hc, 2)  # the held start too
+    acted = [(p.kind, p.action, p.rid) for p in hc.pings_of("t_held")]
+    [start] = [p for p in acted if p[0] == "start"]
+    assert acted[-1][:2] == ("success", "success"), acted
+    assert acted[-1][2] == start[2]  # the same run: the server closes it
+    assert check.state == "up"
+    assert took < 4 + 3, took  # within the ping budget (and the start-up)
+
+
 # --- "filter by HTTP body": the keywords decide, the exit status does not -------------------
 
 

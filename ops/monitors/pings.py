@@ -5,15 +5,21 @@ resolution included) ends by its deadline, and nothing here raises. URLs carry t
 ping key, so they are never printed: messages name the job, the check's slug and the kind of
 ping only.
 
-Order within a run: a `/start` never reaches the server after the run's final ping. When the
-job ends while its start is still connecting, retrying or waiting for an answer, the final ping
-waits for it (half the budget at most), then cancels it: a start not yet sent is never sent,
-and the connection of one that was sent is shut, so a server still holding it drops it.
+Order within a run: the server pairs a `/start` with its final ping by `rid`, in the order it
+acts on them, and a start acted on after the success leaves the check "started" (down one
+grace later). So a start is never sent once the final ping is going out, and a start that was
+sent is never given up while the job runs (a request an intermediary holds can be delivered
+after its client went away: given up early, it would be delivered late) nor sent twice.
+When the job ends with its start unanswered, the final ping waits for it (half the budget at
+most), then abandons it: its connection is half-closed, so an intermediary that drops requests
+whose client went away drops it. One that delivers it anyway answers it, late: the final ping
+is then sent again (same rid, within the budget), which closes the run the start reopened.
 """
 
 import http.client
 import ipaddress
 import logging
+import select
 import socket
 import threading
 import time
@@ -42,6 +48,15 @@ class ResolveTimeout(TimeoutError):
 
 class Cancelled(Exception):
     """A start ping given up because the run's final ping is going out."""
+
+
+class Unanswered(Exception):
+    """The request went out, and no answer came (timeout, connection lost): unlike a request
+    never sent, the server may have it, or get it later."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -126,8 +141,12 @@ class Pinger:
         self.body_limit: int | None = None
         self._start_thread: threading.Thread | None = None
         self._gate = threading.Lock()  # held while a start is being sent
-        self._finishing = False
-        self._start_sock: socket.socket | None = None
+        self._finishing = False  # no start is sent from now on
+        self._final_out = False  # the final ping is going out
+        self._start_late = False  # the start was answered after the final ping went out
+        self._start_sock: socket.socket | None = None  # a start sent and not answered yet
+        self._wake_r: socket.socket | None = None  # readable: a start stops waiting
+        self._wake_w: socket.socket | None = None
         self._problems: list[tuple[str, str]] = []  # (kind of ping, why), reported once
 
     @property
@@ -139,6 +158,7 @@ class Pinger:
         if not self.enabled:
             return
         deadline = time.monotonic() + self.config.budget
+        self._wake_r, self._wake_w = socket.socketpair()
         self._start_thread = threading.Thread(
             target=self._send,
             args=("start", "/start", b"", deadline),
@@ -180,13 +200,15 @@ class Pinger:
             safe_head, safe_body = ascii_safe(head), ascii_safe(body)
             return cut_body(safe_head, safe_body, len(payload), written=written, cut=cut)
 
-        ok = self._send(
-            kind or ("success" if exit_code == 0 else "failure"),
-            suffix,
-            payload,
-            deadline,
-            escaped,
-        )
+        name = kind or ("success" if exit_code == 0 else "failure")
+        with self._gate:
+            self._final_out = True
+        ok = self._send(name, suffix, payload, deadline, escaped)
+        if ok and kind != "log" and self._start_landed_late(deadline):
+            # The server acted on the start after the final ping: the run it reopened goes
+            # down one grace later unless the same final ping closes it again.
+            ok = self._send(name, suffix, payload, deadline, escaped)
+        self._wake_start()
         self._report()
         return ok
 
@@ -200,7 +222,8 @@ class Pinger:
         return ok
 
     def _end_start(self, wait: float) -> None:
-        """Wait up to `wait` seconds for the start ping, then make sure it never lands later."""
+        """Wait up to `wait` seconds for the start ping, then send no more of it and abandon
+        one still unanswered."""
         if self._start_thread is None:
             return
         self._start_thread.join(max(0.0, wait))
@@ -209,11 +232,39 @@ class Pinger:
             sock = self._start_sock
         if sock is not None:
             try:
-                # Wakes the start thread, and tells a server still holding the request that
-                # its client went away.
-                sock.shutdown(socket.SHUT_RDWR)
+                # Tells a server or intermediary still holding the request that its client
+                # went away; the read side stays open, for an answer that comes anyway.
+                sock.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
+
+    def _start_landed_late(self, deadline: float) -> bool:
+        """After the final ping: wait (until `deadline`) for a start abandoned unanswered;
+        True when the server answered it after the final ping went out."""
+        with self._gate:
+            waiting = self._start_sock is not None
+        if waiting and self._start_thread is not None:
+            self._start_thread.join(max(0.0, deadline - time.monotonic() - MARGIN))
+        with self._gate:
+            return self._start_late
+
+    def _wake_start(self) -> None:
+        """End a start's wait for its answer (the run's pings are done)."""
+        if self._wake_w is not None:
+            try:
+                self._wake_w.send(b"x")
+            except OSError:
+                pass
+
+    def _await_answer(self, sock: socket.socket) -> None:
+        """Wait for a start's answer as long as the run lasts (Cancelled at `_wake_start`)."""
+        assert self._wake_r is not None, "start() made it"
+        while True:
+            readable, _, _ = select.select([sock, self._wake_r], [], [])
+            if self._wake_r in readable:
+                raise Cancelled
+            if sock in readable:
+                return
 
     def _send(
         self,
@@ -239,6 +290,12 @@ class Pinger:
                 )
             except Cancelled:
                 return False
+            except Unanswered as exc:
+                if kind == "start" and self._finishing:
+                    return False  # abandoned on purpose by the final ping
+                reason = exc.reason
+                if kind == "start":
+                    break  # it may still be delivered: a second one would only land later
             except (OSError, ValueError, http.client.HTTPException) as exc:
                 if kind == "start" and self._finishing:
                     return False  # cut short on purpose by the final ping
@@ -248,6 +305,11 @@ class Pinger:
                 limit = headers.get("Ping-Body-Limit", "")
                 if limit.isdigit():
                     self.body_limit = int(limit)
+                if kind == "start":
+                    with self._gate:
+                        self._start_late = status in (200, 201) and self._final_out
+                        if self._finishing:
+                            return False  # abandoned: its answer only says when it landed
                 if status in (200, 201):
                     if text not in ("OK", "Created"):
                         # Hosted UUID pings answer 200 even when dropped: say why.
@@ -286,11 +348,14 @@ class Pinger:
                     if self._finishing:
                         raise Cancelled
                     self._start_sock = conn.sock
-                    conn.request("POST", path, body=body, headers=headers)
+                    written(conn.request, "POST", path, body=body, headers=headers)
+                # Never given up while the job runs: an intermediary holding it could still
+                # deliver it after we left, later than the final ping.
+                self._await_answer(conn.sock)
             else:
-                conn.request("POST", path, body=body, headers=headers)
-            response = conn.getresponse()
-            text = response.read(200).decode("utf-8", "replace").strip()[:60]
+                written(conn.request, "POST", path, body=body, headers=headers)
+            response = written(conn.getresponse)
+            text = written(response.read, 200).decode("utf-8", "replace").strip()[:60]
             return response.status, response.headers, text
         finally:
             if start:
@@ -335,6 +400,14 @@ class Pinger:
         if reason.startswith("answered "):
             return f"{what} {reason}"
         return f"{what} failed ({reason}); the job's outcome is unchanged"
+
+
+def written(call: Callable, *args, **kwargs):
+    """`call(...)` once the request has started going out: a failure is Unanswered."""
+    try:
+        return call(*args, **kwargs)
+    except (OSError, http.client.HTTPException) as exc:
+        raise Unanswered(type(exc).__name__) from None
 
 
 def resolve(host: str, port: int, timeout: float) -> list[tuple]:
