@@ -344,7 +344,8 @@ def test_a_legacy_time_zone_is_compared_as_the_server_stores_it(
     code, _, err, _ = sync_with_stderr()
     assert code == 0
     assert hc.by_slug("charge_daily")["tz"] == current
-    assert err.strip().splitlines() == [
+    # (The jobs send no pings here: no ping key, and sync says so too.)
+    assert [line for line in err.splitlines() if "TIME_ZONE" in line] == [
         f"warning: TIME_ZONE {legacy!r} is a legacy name of {current!r}; healthchecks.io "
         f"stores {current!r} (set TIME_ZONE to it in your settings, "
         "or .env if they read it from there)"
@@ -541,7 +542,7 @@ def test_a_check_filtering_by_body_is_named_with_what_the_filter_does(hc, config
     code, out, err, _ = sync_with_stderr()
     assert code == 0
     assert out.strip() == "healthchecks.io: nothing to change (4 checks up to date)"
-    lines = err.splitlines()
+    lines = [line for line in err.splitlines() if line.startswith("warning: check ")]
     advice = (
         ". Turn keyword filtering of HTTP bodies off in the check's Filtering Rules (or set "
         "filter_http_body to false through the API) to keep the exit status authoritative"

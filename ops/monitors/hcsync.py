@@ -115,7 +115,9 @@ class Change:
     spec: dict = field(default_factory=dict)
     diff: list[str] = field(default_factory=list)
     uuid: str | None = None
-    check: dict | None = None  # as listed, for a job's existing check
+    check: dict | None = None  # the job's check as listed, then as the API stored it
+    job: Job | None = None
+    armed: bool = False  # sent (or, in a dry run, would send) the arming ping
 
     @property
     def writes(self) -> bool:
@@ -205,6 +207,7 @@ def plan(
                     job.name,
                     spec,
                     [f"{kind}, grace {format_duration(spec['grace'])}, {shown}"],
+                    job=job,
                 )
             )
             continue
@@ -213,7 +216,7 @@ def plan(
         spec["tags"] = _merge_tags(current.get("tags") or "", tag)
         diff = diff_check(spec, current)
         action = "update" if diff else "unchanged"
-        changes.append(Change(action, job.name, spec, diff, check_uuid(current), current))
+        changes.append(Change(action, job.name, spec, diff, check_uuid(current), current, job))
     for slug in sorted(by_slug):
         if slug in wanted:
             continue
@@ -232,6 +235,7 @@ def apply(api: HealthchecksAPI, changes: list[Change]) -> None:
         if change.action in ("create", "update"):
             created, stored = api.upsert(change.spec)
             change.uuid = check_uuid(stored) or change.uuid
+            change.check = stored
             if created and change.action == "update":
                 change.action = "create"
         elif change.action == "delete":
@@ -263,10 +267,16 @@ def describe(change: Change, tag: str, dry_run: bool) -> str:
     return f"{verbs[change.action]:<12} {change.slug}: {'; '.join(change.diff)}"
 
 
+def describe_arming(change: Change, when: str, dry_run: bool) -> str:
+    verb = "would arm" if dry_run else "armed"
+    return f"{verb:<12} {change.slug}: alerts at {when} if no run has pinged by then"
+
+
 def summary(changes: list[Change], dry_run: bool) -> str:
     count = {a: sum(1 for c in changes if c.action == a) for a in ("create", "update", "delete")}
-    unchanged = sum(1 for c in changes if c.action == "unchanged")
-    if not any(count.values()):
+    armed = sum(1 for c in changes if c.armed)
+    unchanged = sum(1 for c in changes if c.action == "unchanged" and not c.armed)
+    if not any(count.values()) and not armed:
         return f"healthchecks.io: nothing to change ({unchanged} checks up to date)"
     parts = [
         f"{n} {word}"
@@ -274,6 +284,7 @@ def summary(changes: list[Change], dry_run: bool) -> str:
             (count["create"], "to create" if dry_run else "created"),
             (count["update"], "to update" if dry_run else "updated"),
             (count["delete"], "to delete" if dry_run else "deleted"),
+            (armed, "to arm" if dry_run else "armed"),
         )
         if n
     ]

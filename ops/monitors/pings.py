@@ -212,6 +212,15 @@ class Pinger:
         self._report()
         return ok
 
+    def arm(self, body: bytes) -> str:
+        """One success ping that is not a run (sync_healthchecks arming a new check): "" when
+        the server took it, else why not, in a few words."""
+        if not self.enabled:
+            return "no ping URL"
+        ok = self._send("arming", "", body, time.monotonic() + self.config.budget)
+        problems, self._problems = self._problems, []
+        return "" if ok and not problems else "; ".join(why for _, why in problems)
+
     def log(self, message: str) -> bool:
         if not self.enabled:
             return False
