@@ -407,11 +407,11 @@ def test_prune_spares_a_copy_made_in_the_web_ui_and_a_rename_stays(hc, configure
     assert code == 0
     assert charge.name == "Daily billing"
     assert copy.uuid in hc.checks
+    assert out.splitlines()[-1] == "healthchecks.io: nothing to change (4 checks up to date)"
     assert (
         f"kept         charge_daily-copy: tagged {TAG!r} but not created by this project "
         "(a copy made in the web UI?): --prune leaves it alone"
-    ) in out
-    assert out.splitlines()[-1] == "healthchecks.io: nothing to change (4 checks up to date)"
+    ) in sync("--prune", "--dry-run")[1]
     # Its own checks still go when their job does.
     (configured / "10-app.cron").write_text(CRON.replace("@reboot", "# @reboot"))
     code, out, _ = sync("--prune")
@@ -561,3 +561,41 @@ def test_a_check_filtering_by_body_is_named_with_what_the_filter_does(hc, config
         "failure, so every run alerts" + advice
     )
     assert len(lines) == 2
+
+
+# --- what sync prints ---------------------------------------------------------------------
+
+
+def test_prune_names_a_kept_copy_only_when_asked(hc, configured):
+    sync()
+    hc.copy(hc.check("charge_daily"))
+    code, out, _ = sync("--prune")
+    assert code == 0
+    assert out.strip() == "healthchecks.io: nothing to change (4 checks up to date)"
+    code, out, _ = sync("--prune", "--dry-run")
+    assert "kept         charge_daily-copy" in out
+    out = io.StringIO()
+    call_command("sync_healthchecks", "--prune", verbosity=2, stdout=out)
+    assert "kept         charge_daily-copy" in out.getvalue()
+
+
+def test_the_stale_check_of_a_job_with_no_ping_says_why_it_is_stale(hc, configured):
+    (configured / "20-quiet.cron").write_text("0 6 * * * --name=metrics sleep_demo --seconds=0\n")
+    sync()
+    (configured / "20-quiet.cron").write_text(
+        "0 6 * * * --name=metrics --no-ping sleep_demo --seconds=0\n"
+    )
+    code, out, _ = sync()
+    assert code == 0
+    assert (
+        f"stale        metrics: tagged {TAG!r}, its job pings no check (--no-ping) "
+        "(--prune deletes it)"
+    ) in out
+    other = hc.add(slug="elsewhere")
+    (configured / "20-quiet.cron").write_text(
+        f"0 6 * * * --name=metrics --ping={other.uuid} sleep_demo --seconds=0\n"
+    )
+    assert (
+        f"stale        metrics: tagged {TAG!r}, its job pings another check (--ping) "
+        "(--prune deletes it)"
+    ) in sync()[1]

@@ -187,10 +187,17 @@ def plan(
             by_slug.setdefault(check["slug"], []).append(check)
     changes: list[Change] = []
     wanted = set()
+    elsewhere: dict[str, str] = {}  # job: why its check is stale although the job is there
     for job in schedule.jobs:
         matches = by_slug.get(job.name, [])
         if not pings_its_slug(job, matches):
-            continue  # never pings its slug's check: such a check could only go down
+            # Never pings its slug's check: such a check could only go down.
+            elsewhere[job.name] = (
+                "its job pings no check (--no-ping)"
+                if job.options.no_ping
+                else "its job pings another check (--ping)"
+            )
+            continue
         wanted.add(job.name)
         spec = desired_spec(job, tz=tz, tag=tag)
         if len(matches) > 1:
@@ -223,7 +230,8 @@ def plan(
         for check in by_slug[slug]:
             if is_ours(check, tag):
                 action = "delete" if prune else "stale"
-                changes.append(Change(action, slug, {}, [], check_uuid(check)))
+                why = [elsewhere[slug]] if slug in elsewhere else []
+                changes.append(Change(action, slug, {}, why, check_uuid(check)))
             elif prune and tag in (check.get("tags") or "").split():
                 changes.append(Change("kept", slug, {}, [], check_uuid(check)))
     return changes
@@ -251,7 +259,8 @@ def describe(change: Change, tag: str, dry_run: bool) -> str:
         "delete": "would delete" if dry_run else "deleted",
     }
     if change.action == "stale":
-        return f"{'stale':<12} {change.slug}: tagged {tag!r}, not in crontab.d (--prune deletes it)"
+        why = change.diff[0] if change.diff else "not in crontab.d"
+        return f"{'stale':<12} {change.slug}: tagged {tag!r}, {why} (--prune deletes it)"
     if change.action == "duplicate":
         return (
             f"{'duplicate':<12} {change.slug}: checks {change.diff[0]} share this slug (pings get "
@@ -263,7 +272,8 @@ def describe(change: Change, tag: str, dry_run: bool) -> str:
             "made in the web UI?): --prune leaves it alone"
         )
     if change.action == "delete":
-        return f"{verbs['delete']:<12} {change.slug}: tagged {tag!r}, no such job in crontab.d"
+        why = change.diff[0] if change.diff else "no such job in crontab.d"
+        return f"{verbs['delete']:<12} {change.slug}: tagged {tag!r}, {why}"
     return f"{verbs[change.action]:<12} {change.slug}: {'; '.join(change.diff)}"
 
 

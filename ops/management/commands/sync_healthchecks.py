@@ -90,6 +90,8 @@ class Command(BaseCommand):
             if change.action == "unchanged":
                 if verbosity > 1:
                     self.stdout.write(f"{'unchanged':<12} {change.slug}")
+            elif change.action == "kept" and not dry_run and verbosity < 2:
+                pass  # a copy made in the web UI: said by --dry-run and -v2, not on every run
             elif dry_run or change.action in ("stale", "duplicate", "kept"):
                 self.stdout.write(hcsync.describe(change, tag, dry_run))
             if dry_run:
