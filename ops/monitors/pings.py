@@ -19,7 +19,6 @@ is then sent again (same rid, within the budget), which closes the run the start
 import http.client
 import ipaddress
 import logging
-import select
 import socket
 import threading
 import time
@@ -145,8 +144,6 @@ class Pinger:
         self._final_out = False  # the final ping is going out
         self._start_late = False  # the start was answered after the final ping went out
         self._start_sock: socket.socket | None = None  # a start sent and not answered yet
-        self._wake_r: socket.socket | None = None  # readable: a start stops waiting
-        self._wake_w: socket.socket | None = None
         self._problems: list[tuple[str, str]] = []  # (kind of ping, why), reported once
 
     @property
@@ -158,7 +155,6 @@ class Pinger:
         if not self.enabled:
             return
         deadline = time.monotonic() + self.config.budget
-        self._wake_r, self._wake_w = socket.socketpair()
         self._start_thread = threading.Thread(
             target=self._send,
             args=("start", "/start", b"", deadline),
@@ -238,14 +234,9 @@ class Pinger:
         self._start_thread.join(max(0.0, wait))
         with self._gate:  # a start being written finishes writing; none begins after this
             self._finishing = True
-            sock = self._start_sock
-        if sock is not None:
-            try:
-                # Tells a server or intermediary still holding the request that its client
-                # went away; the read side stays open, for an answer that comes anyway.
-                sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            # Tells a server or intermediary still holding the request that its client went
+            # away; the read side stays open, for an answer that comes anyway.
+            self._shut_start(socket.SHUT_WR)
 
     def _start_landed_late(self, deadline: float) -> bool:
         """After the final ping: wait (until `deadline`) for a start abandoned unanswered;
@@ -258,22 +249,20 @@ class Pinger:
             return self._start_late
 
     def _wake_start(self) -> None:
-        """End a start's wait for its answer (the run's pings are done)."""
-        if self._wake_w is not None:
+        """End a start's wait for its answer: the run's pings are done."""
+        with self._gate:
+            self._shut_start(socket.SHUT_RDWR)
+
+    def _shut_start(self, how: int) -> None:
+        """Shut the unanswered start's connection (`how`); with the gate held, so that the
+        start thread cannot close it meanwhile (its descriptor could be another's by then).
+        The plain socket's shutdown, also under TLS: SSLSocket's drops its TLS state, and an
+        answer that still comes could not be read."""
+        if self._start_sock is not None:
             try:
-                self._wake_w.send(b"x")
+                socket.socket.shutdown(self._start_sock, how)
             except OSError:
                 pass
-
-    def _await_answer(self, sock: socket.socket) -> None:
-        """Wait for a start's answer as long as the run lasts (Cancelled at `_wake_start`)."""
-        assert self._wake_r is not None, "start() made it"
-        while True:
-            readable, _, _ = select.select([sock, self._wake_r], [], [])
-            if self._wake_r in readable:
-                raise Cancelled
-            if sock in readable:
-                return
 
     def _send(
         self,
@@ -359,8 +348,9 @@ class Pinger:
                     self._start_sock = conn.sock
                     written(conn.request, "POST", path, body=body, headers=headers)
                 # Never given up while the job runs: an intermediary holding it could still
-                # deliver it after we left, later than the final ping.
-                self._await_answer(conn.sock)
+                # deliver it after we left, later than the final ping. `_wake_start` ends the
+                # wait.
+                conn.sock.settimeout(None)
             else:
                 written(conn.request, "POST", path, body=body, headers=headers)
             response = written(conn.getresponse)
