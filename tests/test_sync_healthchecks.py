@@ -505,10 +505,9 @@ def test_a_read_only_key_is_refused_in_one_line_before_anything_is_changed(
     hc, configured, settings
 ):
     sync()
-    (configured / "10-app.cron").write_text(CRON.replace("--timeout=30m", "--timeout=45m"))
-    (configured / "10-app.cron").write_text(
-        (configured / "10-app.cron").read_text().replace("@reboot", "# @reboot")
-    )
+    # An update, and a check --prune would delete: neither may happen.
+    changed = CRON.replace("--timeout=30m", "--timeout=45m").replace("@reboot", "# @reboot")
+    (configured / "10-app.cron").write_text(changed)
     settings.HEALTHCHECKS_API_KEY = READ_KEY
     writes = len(hc.writes())
     for args in ((), ("--prune",), ("--dry-run",)):
