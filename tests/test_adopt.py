@@ -225,13 +225,16 @@ def test_a_new_user_follows_the_readme_from_pip_install_to_a_monitored_job(
     [job] = json.loads(as_json.stdout)["jobs"]
     assert (job["job"], job["state"]) == ("send_reminders", "ok")
 
-    # The check exists (sync_healthchecks), and runs ping it: a done slot logs, --force succeeds.
+    # The check exists (sync_healthchecks armed it: one success that is not a run), and runs
+    # ping it: a done slot logs, --force succeeds.
     assert hc.check("send_reminders").schedule == "0 9 * * *"
+    [armed] = hc.pings_of("send_reminders")
+    assert armed.body.startswith(b"cronops: armed by sync_healthchecks")
     again = shell("python manage.py run_job send_reminders", project, env)
     forced = shell("python manage.py run_job --force send_reminders", project, env)
     assert again.returncode == forced.returncode == 0, again.stderr + forced.stderr
     kinds = [p.kind for p in hc.pings_of("send_reminders")]
-    assert kinds == ["log", "start", "success"], kinds
+    assert kinds == ["success", "log", "start", "success"], kinds
     assert PING_KEY not in again.stdout + again.stderr + forced.stdout + forced.stderr
 
 

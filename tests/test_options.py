@@ -166,6 +166,17 @@ def test_a_logical_date_is_exactly_yyyy_mm_dd_from_1970(text, problem):
         parse_run_args([f"--logical-date={text}", "x"])
 
 
+@pytest.mark.parametrize("length", [101, 150, 10_000])
+def test_a_refused_long_name_is_cut_once_and_names_its_length_once(length):
+    # The name is shown cut, with its length; the parser's own cut of long words used to cut
+    # that again: "'aaa…… (63 characters) (150 characters)".
+    with pytest.raises(OptionsError) as refused:
+        parse_run_args([f"--name={'a' * length}", "x"])
+    message = str(refused.value)
+    assert message.count("characters)") == 1, message
+    assert f"'{'a' * 60}'… ({length} characters): use 1-100 of a-z" in message
+
+
 COMMON = {
     option: action.nargs != 0
     for action in BaseCommand().create_parser("manage.py", "run_job")._actions

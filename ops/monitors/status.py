@@ -441,7 +441,7 @@ def _job_status(
         status.due_slot_key = due.key
     latest = status.last_run
     if latest is None:
-        status.state, status.reason = NEVER_RUN, "no run in the history"
+        status.state, status.reason = NEVER_RUN, "no run in the history" + _armed_note(job, now, tz)
         return status
     if latest.outcome == Outcome.RUNNING:
         if _alive(latest, claim, job, now, heartbeat):
@@ -474,6 +474,22 @@ def _job_status(
         return status
     status.state, status.reason = OK, ""
     return status
+
+
+def _armed_note(job: Job | None, now: dt.datetime, tz: ZoneInfo) -> str:
+    """What healthchecks.io does about a job that never ran, when the job pings its check."""
+    if job is None or not job.cron_expr or job.options.no_ping:
+        return ""
+    if not (job.options.ping or conf.ping_key()):
+        return ""  # no pings: healthchecks.io hears nothing of the job
+    # The server's rule once a check is armed (ops/monitors/hcarm.py): the first fire time
+    # after its last ping, plus the grace, in UTC.
+    first = next_fire(job.cron_expr, now, tz).astimezone(dt.UTC)
+    alert = first + dt.timedelta(seconds=grace_seconds(job))
+    return (
+        "; once sync_healthchecks has armed its healthchecks.io check, a slot that passes "
+        f"without a run alerts one grace later (the next: {fmt_time(alert, tz)})"
+    )
 
 
 class UnknownJob(LookupError):
