@@ -248,9 +248,11 @@ def test_a_resolver_that_never_answers_keeps_the_run_within_its_ping_budget(
     project = sqlite_project
     budget = 2
     dead_dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    dead_dns.bind(("127.0.0.77", 53))  # receives queries, never answers
+    # receives queries, never answers; an address of its own (another run may hold :53 on one)
+    nameserver = f"127.77.{os.getpid() % 250}.{(id(dead_dns) >> 4) % 250 + 1}"
+    dead_dns.bind((nameserver, 53))
     resolv = tmp_path / "resolv.conf"
-    resolv.write_text("nameserver 127.0.0.77\noptions timeout:30 attempts:1\n")
+    resolv.write_text(f"nameserver {nameserver}\noptions timeout:30 attempts:1\n")
     host = "hc.cronops-test.example"
     project.write_env(
         HEALTHCHECKS_PING_URL=f"http://{host}:8000/",
