@@ -22,13 +22,16 @@ It follows ../shared/FACTS.md ("healthchecks.io pinging API", "Management API v3
   `filter_default_fail`, else ignored (the empty `/start` included); keywords are
   comma-separated and matched as substrings;
 - `methods="POST"`: HEAD and GET pings are ignored (200, recorded as ignored);
-- a paused check with `manual_resume` ignores pings; without it a success resumes it;
+- a paused check with `manual_resume` ignores every ping; without it a success or failure
+  resumes it (`up` / `down`), a `/start` opens a run on it (down a grace later without an end)
+  and a `/log` changes nothing (`Check.ping`); `manual_resume` must be a boolean (400);
 - `hosted=True`: more than 5 pings a minute to one check are dropped: by slug 429, by UUID
   200 `OK (rate limited)` (and a missing UUID 200 `OK (not found)`);
 - the API: `X-Api-Key` of exactly 32 characters else 401 `missing api key`, a wrong one 401
   `wrong api key`; `POST /api/v3/checks/` with `unique: ["slug"]` upserts the *first* match
   (201 / 200); `POST /api/v3/checks/<uuid>` updates; `GET ?tag=` lists; `DELETE` removes;
-  `POST .../pause`, `.../resume` (409 unless paused; a resumed check is `new` again);
+  `POST .../pause` (`paused`, its open run dropped), `.../resume` (409 unless paused; a
+  resumed check is `new` again, its last ping forgotten: never down until pinged);
   `GET /api/v3/channels/`; `null` values 400; timeout and grace 60 ... 31,536,000; `tz` stored
   under its current tzdata name (the links of tzdata's `backward` file, read from tzdata.zi,
   not typed in here); `channels`: `*` every integration, `""` none, else ids or names (an

@@ -57,6 +57,7 @@ class ManagementAPI:
 
     STR_FIELDS = ("name", "slug", "tags", "desc", "schedule", "tz", "channels", "methods")
     SECONDS_FIELDS = ("grace", "timeout")
+    BOOL_FIELDS = ("manual_resume", "filter_subject", "filter_body")
 
     def api(self, request: Request) -> Response:
         body = None
@@ -191,6 +192,9 @@ class ManagementAPI:
                     return f"json validation error: {key} is too small"
                 if value > MAX_SECONDS:
                     return f"json validation error: {key} is too large"
+        for key in self.BOOL_FIELDS:
+            if key in body and not isinstance(body[key], bool):
+                return f"json validation error: {key} is not a boolean"
         if "name" in body and len(body["name"]) > 100:
             return "json validation error: name is too long"
         if "slug" in body and not re.fullmatch(r"[a-z0-9-_]*", body["slug"]):

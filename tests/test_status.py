@@ -578,6 +578,7 @@ def test_the_json_schema_is_the_documented_one(cron_dir):
         "median_of_runs": int,
         "last_lag": (float, type(None)),
         "consecutive_failures": int,
+        "paused": (dict, type(None)),  # by, since, until, reason (tests/test_pause.py)
     }
     run_keys = {
         "id",

@@ -116,6 +116,30 @@ class HealthchecksAPI:
     def delete(self, uuid: str, slug: str) -> None:
         self._request("DELETE", f"checks/{uuid}", f"deleting check {slug!r}")
 
+    # --- the calls job_pause and job_resume make (ops/monitors/hcpause.py) ------------------------
+
+    def get_check(self, uuid: str) -> dict:
+        return self._request("GET", f"checks/{uuid}", f"reading check {uuid}")[1]
+
+    def checks_with_slug(self, slug: str) -> list[dict]:
+        _, body = self._request("GET", "checks/", f"listing checks {slug!r}", params={"slug": slug})
+        return [c for c in body.get("checks", []) if c.get("slug") == slug]
+
+    def update(self, uuid: str, fields: dict, slug: str) -> dict:
+        return self._request("POST", f"checks/{uuid}", f"updating check {slug!r}", json=fields)[1]
+
+    def pause(self, uuid: str, slug: str) -> dict:
+        return self._request("POST", f"checks/{uuid}/pause", f"pausing check {slug!r}")[1]
+
+    def resume(self, uuid: str, slug: str) -> dict | None:
+        """The check, resumed (`new`); None when it was not paused (the server's 409)."""
+        try:
+            return self._request("POST", f"checks/{uuid}/resume", f"resuming check {slug!r}")[1]
+        except ApiError as exc:
+            if exc.status == 409:
+                return None
+            raise
+
 
 READ_ONLY = (
     "HEALTHCHECKS_API_KEY is the project's read-only API key: sync_healthchecks needs its "

@@ -18,6 +18,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
 from .. import conf
+from ..control import actions, pauses
 from ..models import JobRun, Outcome
 from ..monitors.pings import PingConfig, Pinger
 from ..monitors.redact import Redactor
@@ -80,6 +81,7 @@ class Runner:
         # How long this call stands by for a busy slot (None: it does not); from the lock on.
         self.standby = standby_bound(plan.options, self.heartbeat)
         self.standby_deadline = time.monotonic() + (self.standby or 0)
+        self.action = actions.from_environment()  # started from the jobs page (who, and why)
 
     def pinger(self, enabled: bool = True) -> Pinger:
         return Pinger(
@@ -105,7 +107,7 @@ class Runner:
         ping: bool = True,
     ) -> int:
         now = timezone.now()
-        claims.new_run(
+        run = claims.new_run(
             self.plan.name,
             slot,
             host=self.host,
@@ -118,6 +120,7 @@ class Runner:
             finished_at=now,
             duration=0.0,
         )
+        actions.attach(self.action, run)
         if exit_code or not self.opts.quiet:
             say(f"job {self.plan.name}: {note}", self.stdout)
         if catch_up:
@@ -136,6 +139,9 @@ class Runner:
 
     def run(self) -> int:
         now = timezone.now()
+        paused = pauses.at_fire(self, now)  # a paused job runs nothing (ops/control/pauses.py)
+        if paused is not None:
+            return paused
         lock = JobLock(
             conf.lock_dir(),
             self.plan.name,
@@ -298,6 +304,7 @@ class Runner:
         return self.execute_run(run, slot, catch_up=catch_up)
 
     def execute_run(self, run: JobRun, slot: Slot | None, catch_up: bool = False) -> int:
+        actions.attach(self.action, run)
         pinger = self.pinger(enabled=not catch_up)
         run.rid = pinger.rid
         # The history and the admin show the command line: a secret passed as an argument is not
