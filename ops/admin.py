@@ -6,6 +6,7 @@ stops a slot from running twice. Filters avoid `SELECT DISTINCT` over the whole 
 filter lists names by a loose index scan), and the change list never counts the full history.
 """
 
+from functools import partial
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
@@ -18,7 +19,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .models import Job, JobRun, Outcome, SlotClaim
+from .models import Job, JobAction, JobRun, Outcome, SlotClaim
 from .schedule.durations import human_duration
 
 # The jobs page's modules (status, crontab.d, cronsim) are imported by its views, not here:
@@ -92,6 +93,7 @@ class JobRunAdmin(ReadOnlyAdmin):
                     "pid",
                     "rid",
                     "command",
+                    "started_by",
                 ]
             },
         ),
@@ -174,10 +176,30 @@ class SlotClaimAdmin(ReadOnlyAdmin):
 
     @admin.display(description="run")
     def run_link(self, obj):
-        if obj.run_id is None:
-            return "-"
-        url = reverse("admin:ops_jobrun_change", args=[obj.run_id])
-        return format_html('<a href="{}">#{}</a>', url, obj.run_id)
+        return run_link(obj.run_id)
+
+
+def run_link(run_id: int | None) -> str:
+    if run_id is None:
+        return "-"
+    url = reverse("admin:ops_jobrun_change", args=[run_id])
+    return format_html('<a href="{}">#{}</a>', url, run_id)
+
+
+@admin.register(JobAction)
+class JobActionAdmin(ReadOnlyAdmin):
+    """The audit trail: every pause, resume, run now and run again, by whom and when."""
+
+    list_display = ["at", "job", "kind", "username", "logical_date", "force", "note", "run_link"]
+    list_filter = ["kind", ("at", admin.DateFieldListFilter)]
+    search_fields = ["job", "username", "note"]
+    list_per_page = 50
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+
+    @admin.display(description="run")
+    def run_link(self, obj):
+        return run_link(obj.run_id)
 
 
 @admin.register(Job)
@@ -193,9 +215,18 @@ class JobAdmin(ReadOnlyAdmin):
 
     def get_urls(self):
         view = self.admin_site.admin_view
+        from .control import views  # the buttons (pause, resume, run now, run again)
+
+        def route(suffix: str, function, name: str):
+            return path(f"<str:name>/{suffix}", view(partial(function, self)), name=name)
+
         return [
             path("", view(self.jobs_view), name="ops_job_changelist"),
             path("<str:name>/", view(self.job_view), name="ops_job_detail"),
+            route("pause/", views.pause_view, "ops_job_pause"),
+            route("resume/", views.resume_view, "ops_job_resume"),
+            route("run/", views.run_view, "ops_job_run"),
+            route("actions/<int:pk>/", views.action_view, "ops_job_action"),
         ]
 
     def _context(self, request, title: str, **extra) -> dict:
@@ -214,6 +245,7 @@ class JobAdmin(ReadOnlyAdmin):
             ],
             "strip": jobs_page.STRIP,
             "spark": jobs_page.SPARK,
+            "can_operate": request.user.has_perm("ops.run_job"),  # the buttons (control/views.py)
             **extra,
         }
 
@@ -282,5 +314,7 @@ class JobAdmin(ReadOnlyAdmin):
             time_zone=settings.TIME_ZONE,
             now=jobs_page.local_time(report.now, report.tz),
             runs_url=f"{runs}?{urlencode({'job': name})}",
+            # Run again, for the days without success (ops/control/views.py)
+            rerun_days=[d for d in days if d.state in jobs_page.RUN_AGAIN] if scheduled else [],
         )
         return TemplateResponse(request, "admin/ops/job/job.html", context)

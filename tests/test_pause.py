@@ -78,7 +78,8 @@ def test_a_paused_job_runs_nothing_records_each_slot_once_and_catch_up_never_rep
 
     paused = ok(project.manage("job_pause", "nightly", "--reason=database migration"))
     assert re.match(
-        r"paused nightly by \S+ \(command line\) since .* UTC: database migration", paused.stdout
+        r"paused nightly by \S+ \(command line\) since .* UTC, until resumed: database migration\n",
+        paused.stdout,
     )
     assert "healthchecks.io: paused its check 'nightly'" in paused.stdout
     # manual_resume first, then the pause: no ping of the paused job can resume (page) it
@@ -92,7 +93,10 @@ def test_a_paused_job_runs_nothing_records_each_slot_once_and_catch_up_never_rep
     assert f"({day(0)} is recorded as paused already)" in fires[1].stdout
     recorded = skips(project)
     assert [(slot, code) for slot, code, _ in recorded] == [(day(0), 0), (day(2), 0)]
-    assert all(note.endswith("UTC: database migration") for _, _, note in recorded)
+    assert all(
+        re.fullmatch(r"paused by .* since .* UTC, until resumed: database migration", n)
+        for _, _, n in recorded
+    )
     logs = [p for p in hc.pings_of("nightly") if p.kind == "log"]
     assert len(logs) == 2  # one per recorded slot, each ignored by the paused check
     assert {p.action for p in logs} == {"ign"}

@@ -78,10 +78,10 @@ def local(value: dt.datetime, tz: ZoneInfo) -> str:
 
 
 def describe(pause: JobPause, tz: ZoneInfo) -> str:
-    """`by alice since 2026-12-01 10:00 until 2026-12-05 12:00 UTC: database migration`."""
+    """`by alice since 2026-12-01 10:00 until 2026-12-05 12:00 UTC: database migration`, or
+    `by alice since 2026-12-01 10:00 UTC, until resumed: …`."""
     text = f"by {pause.paused_by} since {local(pause.since, tz)}"
-    text += f" until {local(pause.until, tz)}" if pause.until else " (until job_resume)"
-    text += f" {tz}"
+    text += f" until {local(pause.until, tz)} {tz}" if pause.until else f" {tz}, until resumed"
     return text + (f": {pause.reason}" if pause.reason else "")
 
 
@@ -164,7 +164,7 @@ def pause(
     """Pause `name` (or change the until and reason of its pause): (the pause, what happened to
     its healthchecks.io check, None when it was paused already)."""
     reason = " ".join(reason.split())[:300]
-    shown = f"until {local(until, tz)} {tz}" if until else "until job_resume"
+    shown = f"until {local(until, tz)} {tz}" if until else "until resumed"
     try:
         with transaction.atomic():
             current = open_pause(name)
