@@ -173,8 +173,8 @@ class JobAction(models.Model):
     """The audit trail: every pause, resume, run now and run again, by whom and when."""
 
     class Kind(models.TextChoices):
-        PAUSE = "pause"
-        RESUME = "resume"
+        PAUSE = "pause", "pause"
+        RESUME = "resume", "resume"
         RUN_NOW = "run_now", "run now"
         RUN_AGAIN = "run_again", "run again"
 

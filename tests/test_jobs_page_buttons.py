@@ -275,3 +275,22 @@ def test_run_now_spawns_with_this_virtualenvs_python(monkeypatch):
     monkeypatch.setattr("sys.executable", "/srv/app/.venv/bin/uwsgi")
     monkeypatch.setattr("sys.prefix", "/srv/app/.venv")
     assert runnow.python() == os.path.join("/srv/app/.venv", "bin", "python")
+
+
+@pytest.mark.django_db
+def test_the_audit_trail_lists_every_action_with_who_and_when_read_only(daily, operator, spawned):
+    with time_machine.travel(CAL_NOW, tick=False):
+        operator.post(url("pause"), {"reason": "migration"})
+        operator.post(url("resume"))
+        operator.post(url("run", date="2026-11-20"))
+    client = Client()
+    client.force_login(staff("auditor", "view_jobaction"))
+    page = client.get(reverse("admin:ops_jobaction_changelist")).content.decode()
+    rows = re.findall(r"<tr>.*?</tr>", page.split("<tbody>", 1)[1], re.S)
+    assert len(rows) == 3
+    assert all("operator" in row and "Nov. 29, 2026" in row for row in rows)
+    kinds = [re.search(r'field-kind">([^<]+)<', row)[1] for row in rows]
+    assert kinds == ["run again", "resume", "pause"]  # newest first
+    assert "addlink" not in page and "Delete" not in page
+    action = JobAction.objects.first()
+    assert client.post(reverse("admin:ops_jobaction_change", args=[action.pk])).status_code == 403

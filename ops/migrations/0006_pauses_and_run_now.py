@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('at', models.DateTimeField()),
                 ('job', models.CharField(max_length=100)),
-                ('kind', models.CharField(choices=[('pause', 'Pause'), ('resume', 'Resume'), ('run_now', 'run now'), ('run_again', 'run again')], max_length=16)),
+                ('kind', models.CharField(choices=[('pause', 'pause'), ('resume', 'resume'), ('run_now', 'run now'), ('run_again', 'run again')], max_length=16)),
                 ('username', models.CharField(max_length=150)),
                 ('logical_date', models.DateField(blank=True, null=True)),
                 ('force', models.BooleanField(default=False)),
