@@ -9,13 +9,16 @@ hc/api/views.py `pause`, `resume`): a ping resumes a paused check unless it has 
 
 import datetime as dt
 import json
+import os
 import re
+import subprocess
 import time
 
 import pytest
 
 from .conftest import PING_KEY
 from .hcserver import API_KEY
+from .test_prometheus import PROMTOOL
 
 MARKER_COMMAND = """
 with open({path!r}, "a") as marks:
@@ -116,6 +119,11 @@ def test_a_paused_job_runs_nothing_records_each_slot_once_and_catch_up_never_rep
         r'cronops_job_paused\{job_name="nightly",paused_by="[^"]+",reason="database migration"\} 1'
     )
     assert re.search(paused_sample, metrics)
+    if os.access(PROMTOOL, os.X_OK):  # Debian's prometheus package: the format and its lint
+        checked = subprocess.run(
+            [PROMTOOL, "check", "metrics"], input=metrics.encode(), capture_output=True
+        )
+        assert (checked.returncode, checked.stdout + checked.stderr) == (0, b"")
 
     before = len(hc.writes())
     resumed = ok(project.manage("job_resume", "nightly"))

@@ -2,6 +2,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from django.utils import timezone
 
 from ops import conf
@@ -26,7 +27,15 @@ class Command(BaseCommand):
         )
         parser.add_argument("--reason", default="", metavar="TEXT", help="why (shown everywhere)")
 
-    def handle(self, *args, name, until=None, reason="", **options):
+    def handle(self, *args, **options):
+        try:
+            self.act(*args, **options)
+        except DatabaseError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
+            raise CommandError(f"database unavailable: {first}{hint}", returncode=2) from None
+
+    def act(self, *args, name, until=None, reason="", **options):
         try:
             conf.validate()
         except conf.SettingError as exc:

@@ -2,6 +2,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from django.utils import timezone
 
 from ops import conf
@@ -19,7 +20,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("name", metavar="NAME", help="the job")
 
-    def handle(self, *args, name, **options):
+    def handle(self, *args, **options):
+        try:
+            self.act(*args, **options)
+        except DatabaseError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
+            raise CommandError(f"database unavailable: {first}{hint}", returncode=2) from None
+
+    def act(self, *args, name, **options):
         try:
             conf.validate()
         except conf.SettingError as exc:
