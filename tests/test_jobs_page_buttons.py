@@ -14,7 +14,8 @@ import time_machine
 from django.test import Client
 from django.urls import reverse
 
-from ops.control import pauses, runnow
+from ops.control import runnow
+from ops.control.until import parse_until
 from ops.models import JobAction, JobPause, JobRun
 from tests.test_jobs_page import CAL_NOW, calendar_states, daily, daily_run, detail, staff
 
@@ -247,7 +248,7 @@ BERLIN = ZoneInfo("Europe/Berlin")
     ],
 )
 def test_until_is_a_duration_a_date_a_date_and_time_or_a_time_in_time_zone(when, until):
-    assert pauses.parse_until(when, NOW, BERLIN) == dt.datetime.fromisoformat(until)
+    assert parse_until(when, NOW, BERLIN) == dt.datetime.fromisoformat(until)
 
 
 @pytest.mark.parametrize(
@@ -265,10 +266,10 @@ def test_until_is_a_duration_a_date_a_date_and_time_or_a_time_in_time_zone(when,
 def test_until_refuses_the_past_the_far_future_and_anything_else(when, why):
     if why is None:
         tomorrow = dt.datetime(2026, 12, 3, 11, 30, tzinfo=BERLIN)
-        assert pauses.parse_until(when, NOW, BERLIN) == tomorrow
+        assert parse_until(when, NOW, BERLIN) == tomorrow
         return
     with pytest.raises(ValueError, match=re.escape(why)):
-        pauses.parse_until(when, NOW, BERLIN)
+        parse_until(when, NOW, BERLIN)
 
 
 def test_run_now_spawns_with_this_virtualenvs_python(monkeypatch):

@@ -20,6 +20,7 @@ from django.utils import timezone
 from .. import conf
 from ..models import JobAction
 from . import actions, pauses, runnow
+from .until import SPELLINGS, parse_until
 
 PERMISSION = "ops.run_job"
 
@@ -61,7 +62,7 @@ def pause_view(admin, request, name: str):
     until, reason, error = request.POST.get("until", ""), request.POST.get("reason", ""), ""
     if request.method == "POST":
         try:
-            end = pauses.parse_until(until, now, tz) if until.strip() else None
+            end = parse_until(until, now, tz) if until.strip() else None
         except ValueError as exc:
             error = str(exc)
         else:
@@ -83,7 +84,7 @@ def pause_view(admin, request, name: str):
         until=until,
         reason=reason,
         error=error,
-        spellings=pauses.SPELLINGS,
+        spellings=SPELLINGS,
     )
 
 

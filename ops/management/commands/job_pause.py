@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from ops import conf
 from ops.control import actions, pauses
+from ops.control.until import SPELLINGS, parse_until
 
 
 class Command(BaseCommand):
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--until",
             metavar="WHEN",
-            help=f"end the pause by itself then: {pauses.SPELLINGS}, in TIME_ZONE",
+            help=f"end the pause by itself then: {SPELLINGS}, in TIME_ZONE",
         )
         parser.add_argument("--reason", default="", metavar="TEXT", help="why (shown everywhere)")
 
@@ -43,7 +44,7 @@ class Command(BaseCommand):
         tz, now = ZoneInfo(settings.TIME_ZONE), timezone.now()
         try:
             job = pauses.lookup(name)
-            end = pauses.parse_until(until, now, tz) if until is not None else None
+            end = parse_until(until, now, tz) if until is not None else None
         except (pauses.UnknownJob, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from None
         pause, check = pauses.pause(
