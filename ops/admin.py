@@ -26,6 +26,14 @@ from .schedule.durations import human_duration
 # Django imports every app's admin.py at start-up, for every management command.
 
 
+def _button(function: str, model_admin, request, *args, **kwargs):
+    """A button's view (pause, resume, run now, run again), imported when it is asked for:
+    every command's URL checks build the admin's URLs, and the views import the run's modules."""
+    from .control import views
+
+    return getattr(views, function)(model_admin, request, *args, **kwargs)
+
+
 class JobFilter(admin.SimpleListFilter):
     title = "job"
     parameter_name = "job"
@@ -215,18 +223,17 @@ class JobAdmin(ReadOnlyAdmin):
 
     def get_urls(self):
         view = self.admin_site.admin_view
-        from .control import views  # the buttons (pause, resume, run now, run again)
 
-        def route(suffix: str, function, name: str):
-            return path(f"<str:name>/{suffix}", view(partial(function, self)), name=name)
+        def route(suffix: str, function: str, name: str):
+            return path(f"<str:name>/{suffix}", view(partial(_button, function, self)), name=name)
 
         return [
             path("", view(self.jobs_view), name="ops_job_changelist"),
             path("<str:name>/", view(self.job_view), name="ops_job_detail"),
-            route("pause/", views.pause_view, "ops_job_pause"),
-            route("resume/", views.resume_view, "ops_job_resume"),
-            route("run/", views.run_view, "ops_job_run"),
-            route("actions/<int:pk>/", views.action_view, "ops_job_action"),
+            route("pause/", "pause_view", "ops_job_pause"),
+            route("resume/", "resume_view", "ops_job_resume"),
+            route("run/", "run_view", "ops_job_run"),
+            route("actions/<int:pk>/", "action_view", "ops_job_action"),
         ]
 
     def _context(self, request, title: str, **extra) -> dict:
