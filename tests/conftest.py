@@ -2,10 +2,18 @@
 
 `project` copies manage.py and the apps into a temporary directory with its own `.env`,
 database, lock and log directories, so each test runs `manage.py run_job` exactly as cron
-would, against a database migrated once per session.
+would, against a database migrated once per run (shared by the xdist workers).
+
+Markers (README, "Working on cronops"): a test that starts a process or a service of its own
+(a deployed copy, Debian's crontab or cron, PostgreSQL, a browser, ansible) is `process`,
+given here from the fixtures it uses or by its module; `make check` runs the others, which
+may start no subprocess at all (a guard below fails one that does). `newest` marks the
+process tests that also run on the newest Python and Django (`make test-newest`).
 """
 
 import datetime as dt
+import fcntl
+import json
 import os
 import shutil
 import sqlite3
@@ -14,7 +22,9 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -24,6 +34,59 @@ REPO = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("CRONOPS_TEST_PG_URL", "")
 REQUIRE_ALL = bool(os.environ.get("CRONOPS_REQUIRE_ALL"))
 PING_KEY = "pk-" + "s3cr3t" * 4  # looks like a real key; tests assert it never leaks
+
+T = TypeVar("T")
+
+
+def _sleep_by_select(seconds: float) -> None:
+    import select
+
+    if seconds < 0:
+        raise ValueError("sleep length must be non-negative")  # as time.sleep says it
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        select.select([], [], [], left)
+
+
+if os.environ.get("FAKETIME"):
+    # Under libfaketime 0.9.10 (Debian 12/13) with DONT_FAKE_MONOTONIC=1, the way make
+    # check-clocks runs the suite (the wall clock faked, the monotonic one left alone: timed
+    # waits hang when both are faked), time.sleep fails with EINVAL: its absolute
+    # CLOCK_MONOTONIC clock_nanosleep is mistranslated. select() waits the same time.
+    try:
+        time.sleep(0.001)
+    except OSError:
+        time.sleep = _sleep_by_select
+
+
+def wait_until(predicate: Callable[[], T], what: str, timeout: float = 30.0) -> T:
+    """Poll `predicate` until it returns something true, and return that; after `timeout`
+    seconds fail saying what was awaited. The one way a test waits for another process."""
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
+def daily_far_from_now(now: dt.datetime | None = None) -> tuple[str, dt.date]:
+    """A once-a-day schedule (UTC) whose fire time is twelve hours away from `now`, and the
+    logical date of its current slot: a test that runs such a job twice, or compares its slot
+    with its own idea of the date, cannot straddle a fire time (CI runs at any hour)."""
+    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    hour = (now.hour + 12) % 24
+    expr = f"{now.minute} {hour} * * *"
+    fire = next(CronSim(expr, now + dt.timedelta(minutes=1), reverse=True))
+    return expr, fire.date()
+
+
+# Once per run: every daily job of the process tests that needs "today" uses these.
+DAILY, DAILY_DATE = daily_far_from_now()
 
 
 TEST_COMMAND = """\
@@ -41,16 +104,87 @@ class Command(BaseCommand):
 
 
 IN_PROCESS_DB = {"db", "transactional_db", "live_server", "django_db_setup", "admin_client"}
+# Fixtures that start processes or services: a test using one is a `process` test.
+PROCESS_FIXTURES = {
+    "project", "sqlite_project", "pg_project", "migrated_templates", "cron_user",
+    "live_server", "debian_crontab", "node_exporter", "dist", "fresh_venv",
+}  # fmt: skip
+# Tests in files this suite's maintainers do not own that start a process without such a
+# fixture (until those files mark them themselves).
+PROCESS_TESTS = {
+    "test_a_socket_opened_just_after_the_job_closed_fd_1_is_moved_above_the_standard_fds",
+}
+# The process tests that also run on the newest Python and Django: those whose subject is what
+# changes between versions (the runner's processes, signals and output; claims racing through
+# Django's database backends; run_job's command line; migrations). The rest (deploys, crontab
+# installs, pings, standby...) exercise the same Python and Django code the in-process tests
+# already run on the newest pair.
+NEWEST_PROCESS_FILES = {
+    "test_runner.py", "test_runner_output.py", "test_signals.py", "test_children.py",
+    "test_claims.py", "test_run_job_arguments.py", "test_migrations.py",
+}  # fmt: skip
+# Files that still compare a daily 00:00/03:00 UTC slot with the wall clock: their project
+# fixture waits until no such fire time is near (clear_of_fire_times). The others pick a
+# schedule twelve hours away (DAILY) and never wait.
+STRADDLING_FILES = {"test_runner.py", "test_runner_output.py", "test_children.py"}
 
 
-def pytest_collection_modifyitems(items):
+def pytest_configure(config):
+    # One name per run, shared by the xdist workers (they inherit the environment): the
+    # PostgreSQL template and the migrated SQLite file are made once for all of them.
+    os.environ.setdefault("CRONOPS_TEST_RUN", uuid.uuid4().hex[:12])
+
+
+# Tests sharing one expensive set-up run on one xdist worker (`--dist loadgroup`), so that the
+# set-up is made once: a deployed copy (module-scoped), the built distribution.
+GROUPS = {
+    "deployment": "deploy",
+    "mysite_deployment": "deploy-mysite",
+    "fresh_venv": "wheel",
+    "dist": "wheel",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
     """Mark the tests that use Django's own test database, so `make test` can run them again
-    with DATABASE_URL pointing at PostgreSQL (the `project` fixture covers both by itself)."""
+    with DATABASE_URL pointing at PostgreSQL (the `project` fixture covers both by itself);
+    mark `process` and `newest` (above) and the xdist groups; and put the tests that mostly
+    wait (`first`: the cron daemon's minute) first, so their waits overlap the rest of the run
+    (xdist hands out the groups with the most tests, the deploys, before the others)."""
     for item in items:
-        if IN_PROCESS_DB & set(getattr(item, "fixturenames", ())) or item.get_closest_marker(
-            "django_db"
-        ):
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, group in GROUPS.items():
+            if fixture in names:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+        if IN_PROCESS_DB & names or item.get_closest_marker("django_db"):
             item.add_marker(pytest.mark.inprocess_db)
+        if (
+            PROCESS_FIXTURES & names
+            or item.get_closest_marker("slow")
+            or item.originalname in PROCESS_TESTS
+        ):
+            item.add_marker(pytest.mark.process)
+        if item.get_closest_marker("process") and item.path.name in NEWEST_PROCESS_FILES:
+            item.add_marker(pytest.mark.newest)
+    items.sort(key=lambda item: 0 if item.get_closest_marker("first") else 1)
+
+
+@pytest.fixture(autouse=True)
+def _in_process_tests_start_no_subprocess(request, monkeypatch):
+    """`make check` runs the tests not marked `process`: keep them free of processes."""
+    if request.node.get_closest_marker("process"):
+        return
+    nodeid = request.node.nodeid
+
+    def refuse(self, args, *rest, **kwargs):
+        raise AssertionError(
+            f"{nodeid} starts a subprocess ({str(args)[:80]}): mark it "
+            "`pytest.mark.process` (make check runs only the tests that start none)"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
 
 
 def untracked_ignore():
@@ -71,20 +205,29 @@ def require(condition: bool, reason: str) -> None:
 
 def clear_of_fire_times(*exprs: str, tz: str = "UTC", margin: float = 120.0) -> None:
     """Wait until no fire time of `exprs` (cron expressions, in `tz`) falls in the next `margin`
-    seconds, so that a test comparing its own idea of the current slot or date with a run_job's
-    cannot straddle one (CI runs at any hour, across midnight too): at most `margin` seconds."""
+    seconds: at most `margin` seconds. Only for the files in STRADDLING_FILES; a new test picks
+    a schedule far from now instead (DAILY, daily_far_from_now)."""
     now = dt.datetime.now(ZoneInfo(tz))
     left = min((next(CronSim(expr, now)) - now).total_seconds() for expr in exprs)
     if left < margin:
         time.sleep(left + 1)
 
 
+TREE = ("config", "ops", "commands")
+# The tree the copies are made of: set once per run (migrated_templates) to a snapshot of
+# REPO compiled to bytecode, so that no `manage.py` of a copy compiles the app again
+# (base_env sets PYTHONDONTWRITEBYTECODE: a copy never writes bytecode of its own).
+_source: Path = REPO
+
+
 def copy_tree(dest: Path) -> Path:
+    """A deployed copy of the project: manage.py, config/, ops/, commands/, an empty
+    crontab.d/. Modification times are kept: the snapshot's bytecode stays valid."""
     dest.mkdir(parents=True, exist_ok=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("config", "ops", "commands"):
-        shutil.copytree(REPO / name, dest / name, ignore=ignore)
-    shutil.copy2(REPO / "manage.py", dest / "manage.py")
+    ignore = None if _source != REPO else shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in TREE:
+        shutil.copytree(_source / name, dest / name, ignore=ignore)
+    shutil.copy2(_source / "manage.py", dest / "manage.py")
     (dest / "crontab.d").mkdir()
     return dest
 
@@ -156,19 +299,58 @@ class Database:
         ]
 
 
+def shared_dir(tmp_path_factory) -> Path:
+    """A directory all the xdist workers of this run share (the run's base temp dir)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], dict]) -> dict:
+    """`make(directory)` once per run whatever the number of xdist workers: the first worker
+    to get here makes it under a lock, the others read what it returned (JSON)."""
+    root = shared_dir(tmp_path_factory) / name
+    root.mkdir(exist_ok=True)
+    ready = root / "ready.json"
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ready.exists():
+            ready.write_text(json.dumps(make(root)))
+    return json.loads(ready.read_text())
+
+
 @pytest.fixture(scope="session")
 def migrated_templates(tmp_path_factory):
-    """Migrate once per session: a SQLite file and (when available) a PostgreSQL template."""
-    root = tmp_path_factory.mktemp("template")
+    """Migrated once per run, for every worker: the snapshot of the tree (compiled), a
+    migrated SQLite file and (when available) a PostgreSQL template database."""
+    global _source
+    templates = made_once(tmp_path_factory, "template", _make_templates)
+    templates["sqlite"] = Path(templates["sqlite"])
+    _source = Path(templates["tree"])
+    return templates
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory) -> Path:
+    """The sdist and the wheel, `python -m build` of a clean copy of the repository, built
+    once per run (the adoption tests and the deploy of a startproject project share them)."""
+    from .adopt import build_dist
+
+    return Path(made_once(tmp_path_factory, "dist", lambda d: {"dist": str(build_dist(d))})["dist"])
+
+
+def _make_templates(root: Path) -> dict:
+    import compileall
+
     tree = copy_tree(root / "project")
+    assert compileall.compile_dir(tree, quiet=2, workers=1), "the tree does not compile"
     sqlite_file = root / "template.sqlite3"
     result = _manage(tree, base_env(DATABASE_URL=f"sqlite:///{sqlite_file}"), "migrate", "-v0")
     assert result.returncode == 0, result.stderr
-    templates = {"sqlite": sqlite_file}
+    templates = {"tree": str(tree), "sqlite": str(sqlite_file)}
     if PG_URL:
         import psycopg
 
-        name = f"cronops_tmpl_{os.getpid()}"
+        name = pg_template_name()
         with psycopg.connect(PG_URL, autocommit=True) as con:
             con.execute(f'DROP DATABASE IF EXISTS "{name}"')
             con.execute(f'CREATE DATABASE "{name}"')
@@ -176,12 +358,25 @@ def migrated_templates(tmp_path_factory):
         result = _manage(tree, base_env(DATABASE_URL=url), "migrate", "-v0")
         assert result.returncode == 0, result.stderr
         templates["pg"] = name
-    yield templates
-    if "pg" in templates:
-        import psycopg
+    return templates
 
-        with psycopg.connect(PG_URL, autocommit=True) as con:
-            con.execute(f'DROP DATABASE IF EXISTS "{templates["pg"]}" WITH (FORCE)')
+
+def pg_template_name() -> str:
+    return f"cronops_tmpl_{os.environ['CRONOPS_TEST_RUN']}"
+
+
+def pytest_sessionfinish(session):
+    """The PostgreSQL template goes with the run: dropped once every worker is done (by the
+    controller, or by the only process without xdist)."""
+    if not PG_URL or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import psycopg
+
+    try:
+        with psycopg.connect(PG_URL, autocommit=True, connect_timeout=10) as con:
+            con.execute(f'DROP DATABASE IF EXISTS "{pg_template_name()}" WITH (FORCE)')
+    except psycopg.Error as error:
+        print(f"could not drop {pg_template_name()}: {error}", file=sys.stderr)
 
 
 def make_database(backend: str, templates: dict, directory: Path):
@@ -193,8 +388,18 @@ def make_database(backend: str, templates: dict, directory: Path):
     import psycopg
 
     name = f"cronops_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_URL, autocommit=True) as con:
-        con.execute(f'CREATE DATABASE "{name}" TEMPLATE "{templates["pg"]}"')
+
+    def created():
+        # Two workers copying the template at once: PostgreSQL refuses the second while the
+        # first copies ("source database ... is being accessed by other users"); try again.
+        try:
+            with psycopg.connect(PG_URL, autocommit=True) as con:
+                con.execute(f'CREATE DATABASE "{name}" TEMPLATE "{templates["pg"]}"')
+            return True
+        except psycopg.errors.ObjectInUse:
+            return False
+
+    wait_until(created, f"a copy of the PostgreSQL template {templates['pg']}", timeout=60)
 
     def drop():
         with psycopg.connect(PG_URL, autocommit=True) as con:
@@ -265,9 +470,10 @@ class Project:
 
 
 def _project(tmp_path, templates, backend, request):
-    # The tests' daily jobs fire at 00:00 or 03:00 UTC: a test that runs one twice (or compares
-    # its slot with today's date) must not straddle that instant.
-    clear_of_fire_times("0 0 * * *", "0 3 * * *")
+    if request.node.path.name in STRADDLING_FILES:
+        # Those tests' daily jobs fire at 00:00 or 03:00 UTC: a test that runs one twice (or
+        # compares its slot with today's date) must not straddle that instant.
+        clear_of_fire_times("0 0 * * *", "0 3 * * *")
     directory = copy_tree(tmp_path / "app")
     db, drop = make_database(backend, templates, tmp_path)
     if drop:
@@ -302,21 +508,29 @@ def pg_project(request, tmp_path, migrated_templates):
     return _project(tmp_path, migrated_templates, "pg", request)
 
 
-@pytest.fixture
-def hc():
-    """A healthchecks.io stand-in (tests/hcserver.py) on its own threaded server on 127.0.0.1,
-    with the test ping key and API key; its state is what a test asserts on."""
+@pytest.fixture(scope="session")
+def _hc_http():
+    """The threaded HTTP server behind `hc`, one per worker: stopping a server waits out
+    werkzeug's half-second poll, which once per test added up to a minute."""
     from pytest_httpserver import HTTPServer
-
-    from .hcserver import HealthchecksServer
 
     server = HTTPServer(host="127.0.0.1", port=0, threaded=True)
     server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hc(_hc_http):
+    """A healthchecks.io stand-in (tests/hcserver.py) on 127.0.0.1, with the test ping key and
+    API key and a state of its own for each test; its state is what a test asserts on."""
+    from .hcserver import HealthchecksServer
+
+    _hc_http.clear()
     try:
-        yield HealthchecksServer(server, ping_key=PING_KEY)
+        yield HealthchecksServer(_hc_http, ping_key=PING_KEY)
     finally:
-        server.clear()
-        server.stop()
+        _hc_http.clear()
 
 
 @pytest.fixture
@@ -363,11 +577,15 @@ def cron_user():
     name = f"cronops-{uuid.uuid4().hex[:10]}"
     home = Path(tempfile.mkdtemp(prefix=f"{name}-", dir="/tmp"))
     home.chmod(0o755)
-    subprocess.run(
-        ["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/sh", name],
-        check=True,
-        capture_output=True,
-    )
+    command = ["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/sh", name]
+
+    def added():
+        result = subprocess.run(command, capture_output=True, text=True)
+        # another worker's useradd or userdel holds /etc/passwd's lock: try again
+        assert result.returncode == 0 or "cannot lock" in result.stderr, result.stderr
+        return result.returncode == 0
+
+    wait_until(added, f"useradd {name} (/etc/passwd locked by another user's change)")
     shutil.chown(home, name, name)
     try:
         yield CronUser(name, home)
@@ -381,18 +599,19 @@ def _remove_user(name: str) -> None:
     """userdel, retried: it fails while /etc/passwd is locked by a concurrent useradd, or
     while a job cron started as this user still runs (those processes are ended, by pid)."""
     import signal
-    import time
 
-    for _ in range(20):
+    def removed():
         if subprocess.run(["userdel", name], capture_output=True).returncode in (0, 6):
-            return
+            return True
         pids = subprocess.run(["pgrep", "-u", name], capture_output=True, text=True).stdout
         for pid in pids.split():
             try:
                 os.kill(int(pid), signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.5)
+        return False
+
+    wait_until(removed, f"userdel {name}", timeout=20)
 
 
 ECHO_ARGS = '''"""Test command: prints its arguments and environment as JSON (what reached it)."""

@@ -22,6 +22,8 @@ from ops.run import process
 from .conftest import PING_KEY, Project, copy_tree, require
 from .test_runner import kill_a_scheduled_run_mid_command, ping_to, wait_for_line
 
+pytestmark = pytest.mark.process  # real processes, and a real `ansible`
+
 # Runs until the file `go` appears in its project directory; fails with 3 if `fail` is there.
 WAITER = """
 from django.conf import settings

@@ -423,6 +423,7 @@ RULE_TESTS = textwrap.dedent(
 )
 
 
+@pytest.mark.process  # promtool
 def test_the_readme_alert_rules_pass_promtool_and_fire_when_they_should(tmp_path):
     require(os.access(PROMTOOL, os.X_OK), "promtool not installed (Debian package prometheus)")
     rules = tmp_path / "rules.yml"

@@ -25,6 +25,7 @@ import subprocess
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
+import pytest
 import time_machine
 from cronsim import CronSim
 from django.core.management import get_commands
@@ -37,6 +38,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from ops.models import JobRun, Outcome, SlotClaim
 from ops.run import claims, process, runner
 from ops.schedule.slots import is_date_key, make_slot
+
+# A real process that has exited stands for a dead holder; and the run is long (make faults
+# has F8 for more examples).
+pytestmark = pytest.mark.process
 
 UTC = dt.UTC
 TZ = ZoneInfo("Europe/Berlin")
