@@ -24,7 +24,6 @@ import pytest
 from .adopt import (
     WHEEL_NAME,
     add_cronops,
-    build_dist,
     make_venv,
     readme_blocks,
     shell,
@@ -37,12 +36,7 @@ from .conftest import PG_URL, PING_KEY, REPO, require
 from .hcserver import API_KEY
 from .test_deploy import machine_time_zone
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def dist(tmp_path_factory) -> Path:
-    return build_dist(tmp_path_factory.mktemp("build"))
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a build and a pip install
 
 
 @pytest.fixture(scope="session")

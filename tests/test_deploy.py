@@ -35,7 +35,7 @@ import pytest
 from tests.conftest import REPO, require, untracked_ignore
 from tests.test_sync_healthchecks import API_KEY, FakeHealthchecks
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ANSIBLE_DIR = REPO / "ansible"
 BIN = Path(sys.executable).parent
@@ -100,6 +100,11 @@ class Deployment:
             "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_FORCE_COLOR": "0",
+            # The facts of this machine, gathered by the first run and cached for the next
+            # (the role reads none of them; each gathering costs 1.5-3 s of CPU).
+            "ANSIBLE_GATHERING": "smart",
+            "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+            "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(self.scratch / "facts"),
         }
         command = [
             str(PLAYBOOK), "-i", "localhost,", "-c", "local", "-v",
@@ -501,17 +506,17 @@ MANAGE_PY_LOADS_ENV = """\
 """
 
 
-def mysite_repository(scratch: Path) -> Path:
+def mysite_repository(scratch: Path, dist: Path) -> Path:
     """A repository holding a startproject project in `mysite/` (manage.py one level down), with
     cronops added as the README says, production settings that keep the database in var/, a
     manage.py that reads .env first (docs/settings.md), and a requirements file naming the
     built wheel, vendored in the repository as a project would until cronops is on PyPI."""
-    from .adopt import WHEEL_NAME, add_cronops, build_dist, start_project, user_env, write_schedule
+    from .adopt import WHEEL_NAME, add_cronops, start_project, user_env, write_schedule
 
     repo = scratch / "mysite-repo"
     repo.mkdir()
     (repo / "wheels").mkdir()
-    shutil.copy2(build_dist(scratch / "build") / WHEEL_NAME, repo / "wheels" / WHEEL_NAME)
+    shutil.copy2(dist / WHEEL_NAME, repo / "wheels" / WHEEL_NAME)
     (repo / "requirements.txt").write_text(f"Django>=5.2,<7\n./wheels/{WHEEL_NAME}\n")
     # TIME_ZONE: the machine's, which the deploy keeps (cronops_time_zone, see Deployment).
     project = start_project(repo, user_env(Path(sys.executable).parent.parent), machine_time_zone())
@@ -535,13 +540,13 @@ def mysite_repository(scratch: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def mysite_deployment(tmp_path_factory):
+def mysite_deployment(tmp_path_factory, dist):
     require(os.geteuid() == 0, "the deploy test runs the playbook as root on this machine")
     require(PLAYBOOK.exists(), "ansible-core is not installed (pip install -e '.[dev]')")
     require(Path(TARGET_PYTHON).exists(), f"{TARGET_PYTHON} (Debian's python3) is missing")
     require(shutil.which("apt-get") is not None, "the deploy targets Debian (apt-get)")
     scratch = tmp_path_factory.mktemp("deploy-mysite")
-    deployment = Deployment(scratch, tree=mysite_repository(scratch))
+    deployment = Deployment(scratch, tree=mysite_repository(scratch, dist))
     deployment.mysite = {
         "cronops_manage_py": "mysite/manage.py",
         "cronops_settings_module": "mysite.settings_prod",
