@@ -74,6 +74,35 @@ def wait_until(predicate: Callable[[], T], what: str, timeout: float = 30.0) -> 
         pause = min(pause * 2, 0.1)
 
 
+def wait_for_line(proc: subprocess.Popen, text: str, timeout: float = 30.0) -> str:
+    """Read `proc`'s stdout (text mode) until a line holding `text`; return all it read. After
+    `timeout` seconds the process is killed (its stdout ends) and the test fails, naming what
+    it waited for and what the process printed."""
+    import threading
+
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    seen = ""
+    try:
+        for line in iter(proc.stdout.readline, ""):
+            seen += line
+            if text in line:
+                return seen
+    finally:
+        timer.cancel()
+    raise AssertionError(
+        f"pid {proc.pid} never printed {text!r} (it ended, or {timeout:g} s passed); "
+        f"it printed {seen!r}"
+    )
+
+
+def ping_to(project, server, **extra) -> None:
+    """Point a deployed copy's pings at `server` (pytest-httpserver) with the test ping key."""
+    project.write_env(
+        HEALTHCHECKS_PING_URL=server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY, **extra
+    )
+
+
 def daily_far_from_now(now: dt.datetime | None = None) -> tuple[str, dt.date]:
     """A once-a-day schedule (UTC) whose fire time is twelve hours away from `now`, and the
     logical date of its current slot: a test that runs such a job twice, or compares its slot
@@ -126,7 +155,7 @@ NEWEST_PROCESS_FILES = {
 # Files that still compare a daily 00:00/03:00 UTC slot with the wall clock: their project
 # fixture waits until no such fire time is near (clear_of_fire_times). The others pick a
 # schedule twelve hours away (DAILY) and never wait.
-STRADDLING_FILES = {"test_runner.py", "test_runner_output.py", "test_children.py"}
+STRADDLING_FILES = {"test_runner.py", "test_runner_output.py"}
 
 
 def pytest_configure(config):
