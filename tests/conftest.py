@@ -74,17 +74,19 @@ def wait_until(predicate: Callable[[], T], what: str, timeout: float = 30.0) -> 
         pause = min(pause * 2, 0.1)
 
 
-def wait_for_line(proc: subprocess.Popen, text: str, timeout: float = 30.0) -> str:
-    """Read `proc`'s stdout (text mode) until a line holding `text`; return all it read. After
-    `timeout` seconds the process is killed (its stdout ends) and the test fails, naming what
-    it waited for and what the process printed."""
+def wait_for_line(
+    proc: subprocess.Popen, text: str, timeout: float = 30.0, stream: str = "stdout"
+) -> str:
+    """Read `proc`'s stdout (or stderr; text mode) until a line holding `text`; return all it
+    read. After `timeout` seconds the process is killed (its output ends) and the test fails,
+    naming what it waited for and what the process printed."""
     import threading
 
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
     seen = ""
     try:
-        for line in iter(proc.stdout.readline, ""):
+        for line in iter(getattr(proc, stream).readline, ""):
             seen += line
             if text in line:
                 return seen
@@ -116,6 +118,34 @@ def daily_far_from_now(now: dt.datetime | None = None) -> tuple[str, dt.date]:
 
 # Once per run: every daily job of the process tests that needs "today" uses these.
 DAILY, DAILY_DATE = daily_far_from_now()
+
+# A job for the runner's tests: notes its pid in ran.txt, says "working", hangs while the file
+# `hang` is in its project directory, then sleeps $SLEEP seconds.
+SLEEPER = """
+from django.conf import settings
+with open(settings.BASE_DIR / "ran.txt", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+print("working", flush=True)
+if (settings.BASE_DIR / "hang").exists():
+    time.sleep(60)
+time.sleep(float(os.environ.get("SLEEP", "0")))
+print("done", flush=True)
+"""
+
+
+def kill_a_scheduled_run_mid_command(project) -> subprocess.Popen:
+    """A daily job (DAILY) killed with SIGKILL while its command runs; returns the dead run."""
+    import signal
+
+    project.add_command("t_sleep", SLEEPER)
+    project.write_cron("t.cron", f"{DAILY} t_sleep\n")
+    (project.dir / "hang").touch()
+    victim = project.popen("run_job", "t_sleep")
+    wait_for_line(victim, "working")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    (project.dir / "hang").unlink()
+    return victim
 
 
 TEST_COMMAND = """\
