@@ -194,29 +194,53 @@ def pytest_configure(config):
     os.environ.setdefault("CRONOPS_TEST_RUN", uuid.uuid4().hex[:12])
 
 
-# Tests sharing one expensive set-up run on one xdist worker (`--dist loadgroup`), so that the
-# set-up is made once: a deployed copy (module-scoped), the built distribution.
-GROUPS = {
-    "deployment": "deploy",
-    "mysite_deployment": "deploy-mysite",
-    "fresh_venv": "wheel",
-    "dist": "wheel",
-}
+# The files whose tests share one expensive module-scoped set-up (a deployed copy, a fresh
+# virtualenv with the built wheel): with xdist, each runs whole on one worker, so the set-up is
+# made once. Every other test is handed out on its own.
+SHARED_SET_UP_FILES = {"test_deploy.py", "test_deploy_startproject.py", "test_adopt.py"}
+# Tests that leave processes carrying OPS_RUN_ID=<id> behind (a job's children outliving a
+# killed runner), and tests that take over the claim of a dead runner on this machine, which
+# run_job refuses while any process carries that run's id (ops/run/descendants.survivor). Every
+# test database numbers its runs from 1, and survivor() matches the id alone, so one test's
+# leftover `sh` made another's takeover exit 75 when they ran at the same time: they run one
+# after another, on one worker. (Two projects on one machine share that blind spot.)
+RUN_ID_UNIT = (
+    "tests/test_children.py::",
+    "tests/test_claims.py::test_a_claim_whose_pid_now_belongs_to_another_process_is_taken_over",
+    "tests/test_runner.py::test_a_run_killed_with_sigkill_is_recorded_abandoned_and_the_next",
+    "tests/test_runner.py::test_a_claim_left_by_a_killed_run_on_another_host_is_taken_over",
+    "tests/test_runner.py::test_job_status_sees_that_a_killed_ad_hoc_run_is_dead",
+    "tests/test_status.py::test_a_run_whose_holder_process_is_gone_on_this_machine_is_failing",
+)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup`, by file: a file of SHARED_SET_UP_FILES is one unit of work, so are
+    the RUN_ID_UNIT tests, any other test a unit of its own; the units with the most tests (the
+    deploys) go out first.
+    (xdist's own loadgroup reads `xdist_group` marks from node ids it rewrites, which pytest
+    9.2 no longer lets it do: pytest-dev/pytest-xdist#1386, the groups silently split.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedSetUpScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if Path(path).name in SHARED_SET_UP_FILES:
+                return path
+            return "run ids" if nodeid.startswith(RUN_ID_UNIT) else nodeid
+
+    return SharedSetUpScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark the tests that use Django's own test database, so `make test` can run them again
     with DATABASE_URL pointing at PostgreSQL (the `project` fixture covers both by itself);
-    mark `process` and `newest` (above) and the xdist groups; and put the tests that mostly
-    wait (`first`: the cron daemon's minute) first, so their waits overlap the rest of the run
-    (xdist hands out the groups with the most tests, the deploys, before the others)."""
+    mark `process` and `newest` (above); and put the tests that mostly wait (`first`: the
+    cron daemon's minute) first, so their waits overlap the rest of the run."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        for fixture, group in GROUPS.items():
-            if fixture in names:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
         if IN_PROCESS_DB & names or item.get_closest_marker("django_db"):
             item.add_marker(pytest.mark.inprocess_db)
         if (
