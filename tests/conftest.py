@@ -173,15 +173,18 @@ PROCESS_FIXTURES = {
 PROCESS_TESTS = {
     "test_a_socket_opened_just_after_the_job_closed_fd_1_is_moved_above_the_standard_fds",
 }
-# The process tests that also run on the newest Python and Django: those whose subject is what
-# changes between versions (the runner's processes, signals and output; claims racing through
-# Django's database backends; run_job's command line; migrations). The rest (deploys, crontab
-# installs, pings, standby...) exercise the same Python and Django code the in-process tests
-# already run on the newest pair.
+# The process tests that also run on the newest Python and Django (besides every in-process
+# test, which all do): those whose subject is what a new Python or Django changes. The runner's
+# processes, signals and output (on SQLite: the database is not their subject); claims racing
+# through Django's two database backends, and migrations (on both); and the tests of
+# tests/test_run_job_arguments.py marked `newest` (Django's command line, argparse's
+# messages). Deploys, crontab installs, pings, standby and the rest exercise code the
+# in-process tests already run on the newest pair; they run on the default pair only.
 NEWEST_PROCESS_FILES = {
     "test_runner.py", "test_runner_output.py", "test_signals.py", "test_children.py",
-    "test_claims.py", "test_run_job_arguments.py", "test_migrations.py",
+    "test_claims.py", "test_migrations.py",
 }  # fmt: skip
+NEWEST_BOTH_DATABASES = {"test_claims.py", "test_migrations.py"}
 # Files that still compare a daily 00:00/03:00 UTC slot with the wall clock: their project
 # fixture waits until no such fire time is near (clear_of_fire_times). The others pick a
 # schedule twelve hours away (DAILY) and never wait.
@@ -250,7 +253,10 @@ def pytest_collection_modifyitems(config, items):
         ):
             item.add_marker(pytest.mark.process)
         if item.get_closest_marker("process") and item.path.name in NEWEST_PROCESS_FILES:
-            item.add_marker(pytest.mark.newest)
+            params = getattr(item, "callspec", None)
+            backend = params.params.get("project") if params else None
+            if backend != "pg" or item.path.name in NEWEST_BOTH_DATABASES:
+                item.add_marker(pytest.mark.newest)
     items.sort(key=lambda item: 0 if item.get_closest_marker("first") else 1)
 
 

@@ -230,6 +230,7 @@ THROUGH_A_PROCESS = [
 assert all(value in BAD_VALUES for value in THROUGH_A_PROCESS[:-1])
 
 
+@pytest.mark.newest  # Django's command line and argparse: on the newest pair too
 def test_out_of_range_and_non_ascii_values_exit_2_with_one_line_and_record_nothing(
     sqlite_project, ping_server
 ):
@@ -300,6 +301,7 @@ def echoed_args(result) -> list[str]:
     return json.loads(line.removeprefix("ARGS "))
 
 
+@pytest.mark.newest  # Django's command line and argparse: on the newest pair too
 def test_djangos_common_options_before_the_command_name_work_and_never_reach_the_job(
     sqlite_project,
 ):
@@ -338,6 +340,7 @@ def test_djangos_common_options_before_the_command_name_work_and_never_reach_the
     assert commands == ["echo_args a", "echo_args declared", "echo_args b --no-color"]
 
 
+@pytest.mark.newest  # Django's command line and argparse: on the newest pair too
 def test_run_job_help_still_works_and_documents_the_limits(sqlite_project):
     for args in (["--help"], ["--settings=config.settings", "-h"]):
         result = sqlite_project.run_job(*args)
@@ -350,6 +353,7 @@ def test_run_job_help_still_works_and_documents_the_limits(sqlite_project):
     nothing_recorded(sqlite_project)
 
 
+@pytest.mark.newest  # Django's command line and argparse: on the newest pair too
 def test_a_bad_common_option_is_one_line_and_exit_2(sqlite_project):
     result = sqlite_project.run_job("-v", "7", "clearsessions")
     refused(result, "verbosity")
@@ -419,6 +423,7 @@ def test_run_job_as_the_command_of_run_job_is_refused(sqlite_project, ping_serve
     assert ping_server.log == []
 
 
+@pytest.mark.newest  # Django's command line and argparse: on the newest pair too
 @pytest.mark.parametrize("declared", [True, False], ids=["declared", "ad-hoc"])
 def test_arguments_the_commands_own_parser_refuses_are_a_usage_error_not_a_failed_run(
     sqlite_project, ping_server, declared
