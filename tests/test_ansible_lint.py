@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import REPO, require
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.first]  # one long test: started early
 
 LINT = Path(sys.executable).parent / "ansible-lint"
 

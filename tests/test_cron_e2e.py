@@ -100,10 +100,11 @@ def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
         runs = query(app, "SELECT outcome, exit_code, host, output_tail FROM ops_jobrun")
         finished = {p.split("?")[0] for p in pinged_paths(ping_server)}
         done = runs and runs[0][0] != "running" and f"/{PING_KEY}/echo_args" in finished
-        return runs if done else None
+        # run_job's own output reaches --log when the runner exits, after the final ping
+        return runs if done and "ARGS" in read(log) else None
 
     try:
-        runs = wait_until(finished_and_pinged, "cron to run the job and its final ping", 150)
+        runs = wait_until(finished_and_pinged, "cron to run the job, ping and log it", 150)
     except AssertionError as error:
         raise AssertionError(f"{error}; log: {read(log)!r}") from None
     outcome, exit_code, host, tail = runs[0]

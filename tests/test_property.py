@@ -41,7 +41,8 @@ from ops.schedule.slots import is_date_key, make_slot
 
 # A real process that has exited stands for a dead holder; and the run is long (make faults
 # has F8 for more examples): 12 s here, 30 s on PostgreSQL, minutes on a loaded machine.
-pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]
+# `first`: one long test, started early rather than left to the end of a parallel run.
+pytestmark = [pytest.mark.process, pytest.mark.timeout(600), pytest.mark.first]
 
 UTC = dt.UTC
 TZ = ZoneInfo("Europe/Berlin")
