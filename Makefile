@@ -75,14 +75,16 @@ check: $(VENV)/.dev-installed
 
 # `make check`'s tests under libfaketime (Debian's faketime), the wall clock set to instants
 # where a test that reads it would fail: either side of midnight UTC, and both DST nights of
-# 2027 in Berlin (01:59:30 local, before the spring jump, then just after it at 03:00:30;
-# the two 02:30s of the autumn night, as the UTC instants 00:30 and 01:30). Only the wall
-# clock is faked: with the monotonic clock faked too, libfaketime 0.9.10 hangs timed waits.
-CLOCKS := "2027-01-01 23:59:30" "2027-01-02 00:00:30" "2027-03-28 01:59:30" \
+# 2027 in Berlin (TZ=Europe/Berlin): 01:59:30 local, just before the spring jump, and 03:00:30,
+# just after it (02:30 does not exist that night); the two 02:30s of the autumn night, given
+# as the UTC instants 00:30 and 01:30. Only the wall clock is faked: with the monotonic clock
+# faked too, libfaketime 0.9.10 hangs Python's timed waits.
+CLOCKS := "2027-01-01 23:59:30 UTC" "2027-01-02 00:00:30 UTC" "2027-03-28 01:59:30" \
 	"2027-03-28 03:00:30" "2027-10-31 00:30:00 UTC" "2027-10-31 01:30:00 UTC"
 check-clocks: $(VENV)/.dev-installed
 	@for clock in $(CLOCKS); do \
-	  echo "--- make check's tests at $$clock (TZ=Europe/Berlin)"; \
+	  echo "--- make check's tests at $$(TZ=Europe/Berlin faketime "$$clock" date -u '+%F %T UTC')," \
+	    "$$(TZ=Europe/Berlin faketime "$$clock" date '+%T %Z') in Berlin"; \
 	  TZ=Europe/Berlin DONT_FAKE_MONOTONIC=1 faketime "$$clock" \
 	    $(PY) -m pytest -m "not process" -q $(PYTEST_ARGS) || exit 1; \
 	done
