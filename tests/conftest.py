@@ -206,7 +206,10 @@ SHARED_SET_UP_FILES = {"test_deploy.py", "test_deploy_startproject.py", "test_ad
 # run_job refuses while any process carries that run's id (ops/run/descendants.survivor). Every
 # test database numbers its runs from 1, and survivor() matches the id alone, so one test's
 # leftover `sh` made another's takeover exit 75 when they ran at the same time: they run one
-# after another, on one worker. (Two projects on one machine share that blind spot.)
+# after another, on one worker; and they hold a lock of this machine (RUN_ID_LOCK), since
+# `make test` runs the newest-pair stage beside the main one, with the same tests. (Two
+# projects on one machine share that blind spot.)
+RUN_ID_LOCK = Path("/tmp/cronops-tests-run-ids.lock")
 RUN_ID_UNIT = (
     "tests/test_children.py::",
     "tests/test_claims.py::test_a_claim_whose_pid_now_belongs_to_another_process_is_taken_over",
@@ -258,6 +261,17 @@ def pytest_collection_modifyitems(config, items):
             if backend != "pg" or item.path.name in NEWEST_BOTH_DATABASES:
                 item.add_marker(pytest.mark.newest)
     items.sort(key=lambda item: 0 if item.get_closest_marker("first") else 1)
+
+
+@pytest.fixture(autouse=True)
+def _one_run_id_test_at_a_time(request):
+    """RUN_ID_UNIT's tests, one at a time on this machine, whichever pytest session runs them."""
+    if not request.node.nodeid.startswith(RUN_ID_UNIT):
+        yield
+        return
+    with open(RUN_ID_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(autouse=True)
