@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 
 import pytest
 from werkzeug import Response
@@ -18,8 +17,16 @@ from werkzeug import Response
 from ops.monitors.redact import Redactor, known_secrets
 from ops.run.output import Tail
 
-from .conftest import PING_KEY, base_env, require
-from .test_runner import SLEEPER, wait_for_line
+from .conftest import (
+    DAILY,
+    DAILY_DATE,
+    PING_KEY,
+    SLEEPER,
+    base_env,
+    require,
+    wait_for_line,
+    wait_until,
+)
 
 
 def ping_to(project, hc, **extra) -> None:
@@ -28,10 +35,7 @@ def ping_to(project, hc, **extra) -> None:
 
 def settle(hc, count: int, timeout: float = 15) -> None:
     """Wait until the server has acted on `count` pings (a held request ends in its thread)."""
-    deadline = time.monotonic() + timeout
-    while len(hc.pings) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(hc.pings) >= count, hc.pings
+    wait_until(lambda: len(hc.pings) >= count, f"the server to act on {count} pings", timeout)
 
 
 # --- 1. bodies cut on a character boundary ------------------------------------------------
@@ -99,7 +103,6 @@ def test_output_just_over_the_limit_is_headed_by_a_whole_truncation_notice(
     project.add_command(
         "t_over",
         f"""
-        time.sleep(1)  # the start's answer (with the limit) comes first
         sys.stdout.write('a' * {over} + {line!r} * 1000 + 'the last line\\n')
         """,
     )
@@ -140,7 +143,6 @@ def test_a_resend_after_a_500_keeps_the_end_of_the_output(sqlite_project, httpse
     project.add_command(
         "t_resume",
         """
-        time.sleep(1)  # the start's answer (with the limit) comes first
         print("Résumé 中文 processed\\n" * 200 + "DONE")
         """,
     )
@@ -319,8 +321,8 @@ def test_a_catch_up_burst_stays_within_the_hosted_rate_limit(sqlite_project, hc)
         "print('charged', options['logical_date'])",
         "parser.add_argument('--logical-date')",
     )
-    project.write_cron("t.cron", "0 0 * * * --catch-up=3 t_daily\n")
-    today = dt.datetime.now(dt.UTC).date()
+    project.write_cron("t.cron", f"{DAILY} --catch-up=3 t_daily\n")
+    today = DAILY_DATE
     first = project.run_job(f"--logical-date={today - dt.timedelta(days=4)}", "t_daily")
     assert first.returncode == 0
     result = project.run_job("t_daily")
@@ -340,14 +342,14 @@ def test_a_failed_catch_up_slot_fails_the_final_ping_with_run_jobs_exit_code(sql
     project = sqlite_project
     ping_to(project, hc)
     check = hc.add(slug="t_daily")
-    today = dt.datetime.now(dt.UTC).date()
+    today = DAILY_DATE
     bad = today - dt.timedelta(days=1)
     project.add_command(
         "t_daily",
         f"if options['logical_date'] == '{bad}': raise CommandError('bad day', returncode=4)",
         "parser.add_argument('--logical-date')",
     )
-    project.write_cron("t.cron", "0 0 * * * --catch-up=3 t_daily\n")
+    project.write_cron("t.cron", f"{DAILY} --catch-up=3 t_daily\n")
     assert (
         project.run_job(f"--logical-date={today - dt.timedelta(days=2)}", "t_daily").returncode == 0
     )
@@ -440,7 +442,6 @@ def test_a_secret_across_the_cut_leaks_no_part_of_itself(sqlite_project, hc, spl
     project.add_command(
         "t_cut",
         f"""
-        time.sleep(1)  # the start's answer (with the limit) comes first
         sys.stdout.write('a' * 5000 + {STRIPE!r} + 'z' * {1000 - len(STRIPE) + split - 1} + '\\n')
         """,
     )
@@ -539,8 +540,8 @@ def test_catch_up_before_a_slot_held_elsewhere_sends_the_log_then_one_summary(sq
         """,
         "parser.add_argument('--logical-date')",
     )
-    project.write_cron("t.cron", "0 0 * * * --catch-up=3 t_daily\n")
-    today = dt.datetime.now(dt.UTC).date()
+    project.write_cron("t.cron", f"{DAILY} --catch-up=3 t_daily\n")
+    today = DAILY_DATE
     first = today - dt.timedelta(days=3)
     assert project.run_job(f"--logical-date={first}", "t_daily").returncode == 0
     (project.dir / "hold").write_text(today.isoformat())
@@ -552,7 +553,7 @@ def test_catch_up_before_a_slot_held_elsewhere_sends_the_log_then_one_summary(sq
         env={"OPS_LOCK_DIR": project.dir / "lock2"},
     )
     try:
-        assert "charged" in holder.stdout.readline()  # holds today's slot
+        wait_for_line(holder, "charged")  # holds today's slot
         before = len(hc.pings_of("t_daily"))
         result = project.run_job("t_daily")
     finally:
