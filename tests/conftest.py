@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
-from zoneinfo import ZoneInfo
 
 import pytest
 from cronsim import CronSim
@@ -185,10 +184,6 @@ NEWEST_PROCESS_FILES = {
     "test_claims.py", "test_migrations.py",
 }  # fmt: skip
 NEWEST_BOTH_DATABASES = {"test_claims.py", "test_migrations.py"}
-# Files that still compare a daily 00:00/03:00 UTC slot with the wall clock: their project
-# fixture waits until no such fire time is near (clear_of_fire_times). The others pick a
-# schedule twelve hours away (DAILY) and never wait.
-STRADDLING_FILES = {"test_runner.py", "test_runner_output.py"}
 
 
 def pytest_configure(config):
@@ -316,16 +311,6 @@ def require(condition: bool, reason: str) -> None:
     if REQUIRE_ALL:
         pytest.fail(f"required in CI: {reason}")
     pytest.skip(reason)
-
-
-def clear_of_fire_times(*exprs: str, tz: str = "UTC", margin: float = 120.0) -> None:
-    """Wait until no fire time of `exprs` (cron expressions, in `tz`) falls in the next `margin`
-    seconds: at most `margin` seconds. Only for the files in STRADDLING_FILES; a new test picks
-    a schedule far from now instead (DAILY, daily_far_from_now)."""
-    now = dt.datetime.now(ZoneInfo(tz))
-    left = min((next(CronSim(expr, now)) - now).total_seconds() for expr in exprs)
-    if left < margin:
-        time.sleep(left + 1)
 
 
 TREE = ("config", "ops", "commands")
@@ -585,10 +570,6 @@ class Project:
 
 
 def _project(tmp_path, templates, backend, request):
-    if request.node.path.name in STRADDLING_FILES:
-        # Those tests' daily jobs fire at 00:00 or 03:00 UTC: a test that runs one twice (or
-        # compares its slot with today's date) must not straddle that instant.
-        clear_of_fire_times("0 0 * * *", "0 3 * * *")
     directory = copy_tree(tmp_path / "app")
     db, drop = make_database(backend, templates, tmp_path)
     if drop:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from .conftest import PING_KEY
+from .conftest import DAILY, DAILY_DATE, PING_KEY
 from .hcserver import API_KEY
 from .test_prometheus import PROMTOOL
 
@@ -42,7 +42,7 @@ def nightly(project, hc, tmp_path):
         MARKER_COMMAND.format(path=str(marks)),
         arguments='parser.add_argument("--logical-date")',
     )
-    project.write_cron("t.cron", "0 0 * * *  --catch-up=5 --name=nightly t_mark\n")
+    project.write_cron("t.cron", f"{DAILY}  --catch-up=5 --name=nightly t_mark\n")
     project.write_env(
         HEALTHCHECKS_PING_URL=hc.ping_url,
         HEALTHCHECKS_PING_KEY=PING_KEY,
@@ -56,7 +56,7 @@ def nightly(project, hc, tmp_path):
 
 
 def day(days_ago: int) -> str:
-    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days_ago)).isoformat()
+    return (DAILY_DATE - dt.timedelta(days=days_ago)).isoformat()
 
 
 def ran(marks) -> list[str]:
@@ -190,7 +190,7 @@ def test_fires_of_one_paused_slot_at_the_same_moment_record_it_once(project, hc,
 
 def test_pausing_without_an_api_key_pauses_the_job_and_says_its_check_is_not(project, tmp_path):
     project.add_command("t_ok", "print('ran')")
-    project.write_cron("t.cron", "0 0 * * *  --name=nightly t_ok\n")
+    project.write_cron("t.cron", f"{DAILY}  --name=nightly t_ok\n")
     paused = ok(project.manage("job_pause", "nightly", "--until=3d"))
     assert re.match(r"paused nightly by .* until \S+ \S+ UTC\n", paused.stdout)
     assert "HEALTHCHECKS_API_KEY is not set: its check (if any) is not paused" in paused.stdout
@@ -199,7 +199,7 @@ def test_pausing_without_an_api_key_pauses_the_job_and_says_its_check_is_not(pro
 
 
 def test_an_unknown_job_or_an_until_in_the_past_is_a_usage_error(project):
-    project.write_cron("t.cron", "0 0 * * *  --name=nightly sleep_demo --seconds=0\n")
+    project.write_cron("t.cron", f"{DAILY}  --name=nightly sleep_demo --seconds=0\n")
     unknown = project.manage("job_pause", "nightly-typo")
     assert (unknown.returncode, unknown.stderr.strip()) == (
         2,

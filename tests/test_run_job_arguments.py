@@ -72,7 +72,7 @@ def test_a_logical_date_among_the_commands_arguments_is_refused_and_today_stays_
 
 
 def test_the_runners_logical_date_option_charges_that_day_and_claims_that_days_slot(project):
-    project.write_cron("10-billing.cron", "0 0 * * * charge_daily\n")
+    project.write_cron("10-billing.cron", f"{DAILY} charge_daily\n")
     assert project.manage("seed_demo").returncode == 0
 
     result = project.run_job("--logical-date=2026-01-06", "charge_daily")
@@ -89,7 +89,7 @@ def test_a_logical_date_token_is_refused_for_a_command_without_that_option_even_
 ):
     project = sqlite_project
     add_echo_args(project.dir)
-    project.write_cron("10-echo.cron", "0 0 * * * echo_args\n")
+    project.write_cron("10-echo.cron", f"{DAILY} echo_args\n")
 
     result = project.run_job("echo_args", "--", "--logical-date=2026-01-06")
 
@@ -275,7 +275,7 @@ def test_a_huge_timeout_in_crontab_d_is_refused_by_install_and_check_and_job_sta
 ):
     project = sqlite_project
     project.add_command("t_ok", "print('fine')")
-    path = project.write_cron("10-t.cron", "0 0 * * * --timeout=99999999999999999999d t_ok\n")
+    path = project.write_cron("10-t.cron", f"{DAILY} --timeout=99999999999999999999d t_ok\n")
 
     install = project.manage("install_crontab", "--tabfile", str(project.dir / "tab"))
     check = project.manage("check")

@@ -4,10 +4,11 @@ stdin, its own --log), with a cron fire's guarantees (the claim decides; the his
 action say who started it)."""
 
 import os
-import time
 from pathlib import Path
 
 import pytest
+
+from .conftest import DAILY, wait_until
 
 START = """
 from django.utils import timezone
@@ -16,14 +17,6 @@ action = actions.record("run_now", "held", "alice", timezone.now(), note="manage
 runnow.spawn(runnow.run_job_argv("held", None, False), action.pk)
 print(action.pk)
 """
-
-
-def wait_for(condition, what: str, seconds: float = 60.0):
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def stat_fields(pid: int) -> list[str]:
@@ -45,7 +38,7 @@ def held(project, tmp_path):
         print("released")
         """,
     )
-    project.write_cron("t.cron", "0 0 * * *  --name=held t_hold\n")
+    project.write_cron("t.cron", f"{DAILY}  --name=held t_hold\n")
     return go
 
 
@@ -62,7 +55,7 @@ def test_run_now_starts_run_job_detached_in_a_session_of_its_own_and_records_who
         rows = project.db.query("SELECT id, pid FROM ops_jobrun WHERE outcome = 'running'")
         return rows[0] if rows else None
 
-    run_id, pid = wait_for(running, "the run to be recorded")
+    run_id, pid = wait_until(running, "the run to be recorded")
     _, ppid, _, session = stat_fields(pid)[:4]
     assert int(session) != os.getsid(0)  # not the starter's session
     assert int(ppid) not in (shell.pid, os.getpid())  # nobody's child where it was started
@@ -74,7 +67,7 @@ def test_run_now_starts_run_job_detached_in_a_session_of_its_own_and_records_who
     second = project.run_job("held")  # a cron fire meanwhile meets the lock, as ever
     assert second.returncode == 75, second.stderr
     held.touch()
-    wait_for(
+    wait_until(
         lambda: (
             project.db.query("SELECT outcome FROM ops_jobrun WHERE id = ?", (run_id,))
             == [("succeeded",)]
@@ -93,9 +86,9 @@ def test_the_action_id_never_reaches_the_job_or_what_it_starts(project, tmp_path
     project.add_command(
         "t_env", f"open({str(seen)!r}, 'w').write(os.environ.get('OPS_ACTION_ID', 'unset'))"
     )
-    project.write_cron("t.cron", "0 0 * * *  --name=held t_env\n")
+    project.write_cron("t.cron", f"{DAILY}  --name=held t_env\n")
     shell = project.manage("shell", "-c", START)
     assert shell.returncode == 0, shell.stderr
-    wait_for(seen.exists, "the job to run")
-    wait_for(lambda: seen.read_text(), "the job to write")
+    wait_until(seen.exists, "the job to run")
+    wait_until(lambda: seen.read_text(), "the job to write")
     assert seen.read_text() == "unset"

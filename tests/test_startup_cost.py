@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import REPO, base_env
 
 PROBE = """
@@ -24,6 +26,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ours)))
 """
 
 
+@pytest.mark.process
 def test_another_command_imports_none_of_the_run_the_schedule_or_the_jobs_page():
     result = subprocess.run(
         [sys.executable, "-c", PROBE],
