@@ -15,7 +15,13 @@ PYTHON_NEWEST ?= $(shell for v in 3.14 3.13 3.12; do \
 # over .env (the environment always does).
 DEMO := OPS_VAR_DIR=var/demo OPS_CRONTAB_DIR=crontab.d DATABASE_URL= HEALTHCHECKS_PING_KEY= \
 	HEALTHCHECKS_API_KEY= TIME_ZONE=UTC
-.PHONY: demo test test-newest lint bench faults clean screenshots dist
+# The suite runs in parallel (pytest-xdist): two workers per CPU, since many tests wait on
+# processes of their own. `make test PYTEST_WORKERS=0` runs it in one process.
+PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 2 )))
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
+# The PostgreSQL and newest-pair stages, which run beside the main one: half as many.
+XDIST_SIDE = $(if $(filter 0 1,$(PYTEST_WORKERS)),,-n $$(( $(PYTEST_WORKERS) / 2 )) --dist loadgroup)
+.PHONY: demo check check-clocks test test-postgresql test-newest lint bench faults clean screenshots dist
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,32 +64,85 @@ demo: $(VENV)/.installed
 	@echo "--- 7. job_status: one row per job; exit 1 while some job is not ok (here: never run yet)"
 	$(DEMO) $(PY) manage.py job_status; echo "exit code $$?"
 
+# The loop to run while working: lint, types, and the tests that start no process or service
+# of their own (`-m "not process"`), in well under a minute. One file or one test:
+# `.venv/bin/python -m pytest tests/test_slots.py` or `... tests/test_slots.py::test_name`.
+check: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -m "not process" -n 2 $(PYTEST_ARGS)
+
+# `make check`'s tests under libfaketime (Debian's faketime), the wall clock set to instants
+# where a test that reads it would fail: either side of midnight UTC, and both DST nights of
+# 2027 in Berlin (TZ=Europe/Berlin): 01:59:30 local, just before the spring jump, and 03:00:30,
+# just after it (02:30 does not exist that night); the two 02:30s of the autumn night, given
+# as the UTC instants 00:30 and 01:30. Only the wall clock is faked: with the monotonic clock
+# faked too, libfaketime 0.9.10 hangs Python's timed waits.
+CLOCKS := "2027-01-01 23:59:30 UTC" "2027-01-02 00:00:30 UTC" "2027-03-28 01:59:30" \
+	"2027-03-28 03:00:30" "2027-10-31 00:30:00 UTC" "2027-10-31 01:30:00 UTC"
+check-clocks: $(VENV)/.dev-installed
+	@for clock in $(CLOCKS); do \
+	  echo "--- make check's tests at $$(TZ=Europe/Berlin faketime "$$clock" date -u '+%F %T UTC')," \
+	    "$$(TZ=Europe/Berlin faketime "$$clock" date '+%T %Z') in Berlin"; \
+	  TZ=Europe/Berlin DONT_FAKE_MONOTONIC=1 faketime "$$clock" \
+	    $(PY) -m pytest -m "not process" -q $(PYTEST_ARGS) || exit 1; \
+	done
+
+# Everything: lint, types, the whole suite (every real part: PostgreSQL, cron, Chromium,
+# Ansible; in parallel), the in-process database tests again on PostgreSQL, and the newest
+# Python + Django stage. The last two run beside the first (they take the CPU it leaves while
+# its deploys finish, which run at a higher priority); their output follows, from var/test/.
 test: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@mkdir -p var/test; rm -f var/test/*.log var/test/*.rc
+	@for stage in test-postgresql test-newest; do \
+	  { $(MAKE) --no-print-directory $$stage > var/test/$$stage.log 2>&1; \
+	    echo $$? > var/test/$$stage.rc; } & \
+	done; \
+	$(PY) -m pytest $(XDIST) --durations=15 $(PYTEST_ARGS); main=$$?; \
+	wait; failed=$$main; \
+	for stage in test-postgresql test-newest; do \
+	  echo "--- make $$stage (ran beside the suite; var/test/$$stage.log)"; \
+	  cat var/test/$$stage.log; \
+	  [ "$$(cat var/test/$$stage.rc)" = 0 ] || failed=1; \
+	done; \
+	exit $$failed
+
+# The tests that use Django's own test database in process, again on PostgreSQL (a test
+# database of this run's own: another run on the same server keeps its own).
+test-postgresql: $(VENV)/.dev-installed
 	@if [ -n "$$CRONOPS_TEST_PG_URL" ]; then \
 	  echo "--- the in-process database tests again, on PostgreSQL"; \
-	  DATABASE_URL="$$CRONOPS_TEST_PG_URL" $(PY) -m pytest -m inprocess_db $(PYTEST_ARGS); \
+	  DATABASE_URL="$${CRONOPS_TEST_PG_URL%/*}/cronops_run_$$$$" \
+	    $(PY) -m pytest -m inprocess_db $(XDIST_SIDE) $(PYTEST_ARGS); \
+	else \
+	  echo "--- no PostgreSQL for the in-process database tests (CRONOPS_TEST_PG_URL)"; \
+	  if [ -n "$$CRONOPS_REQUIRE_ALL" ]; then exit 1; fi; \
 	fi
-	@$(MAKE) --no-print-directory test-newest
 
-# The suite without the slow real-service tests (deploys, cron e2e, browsers), on the newest
-# Python and Django. Without a Python 3.12+ it is skipped, and fails in CI
-# (CRONOPS_REQUIRE_ALL=1).
+# On the newest Python and Django: every test that starts no process (they are what a new
+# Python or Django changes: models, migrations, admin, commands, argparse, signals, threads),
+# and the process tests marked `newest` (the runner's processes and signals, claims racing
+# through the database backends, run_job's command line, migrations). The deploys, crontab
+# installs, pings, browsers and the rest run on the default pair only. Without a Python 3.12+
+# it is skipped, and fails in CI (CRONOPS_REQUIRE_ALL=1).
 test-newest:
 	@if [ -z "$(PYTHON_NEWEST)" ]; then \
 	  echo "--- no Python 3.12+ found for the newest pair (python3.13, python3.12 or pyenv)"; \
 	  if [ -n "$$CRONOPS_REQUIRE_ALL" ]; then exit 1; fi; exit 0; \
 	fi
 	@$(MAKE) --no-print-directory $(NEWEST_VENV)/.dev-installed
-	@echo "--- the suite without the slow tests on the newest pair:" \
+	@echo "--- the in-process tests and the process tests marked newest, on the newest pair:" \
 	  "$$($(NEWEST_PY) -c 'import sys, django; print("Python", sys.version.split()[0], "+ Django", django.get_version())')"
-	$(NEWEST_PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(NEWEST_PY) -m pytest -m "not process or newest" $(XDIST_SIDE) $(PYTEST_ARGS)
 
-# sdist and wheel of the app (ops/ only) into dist/, checked with twine.
-dist: $(VENV)/.dev-installed
+# sdist and wheel of the app (ops/ only) into dist/, checked with twine: build and twine are
+# all it installs (the dev extra brings Ansible, Playwright, mypy and more).
+dist: | $(PY)
+	$(PY) -m pip install -q build twine
 	rm -rf dist
 	$(PY) -m build --outdir dist .
 	$(VENV)/bin/twine check dist/*

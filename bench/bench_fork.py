@@ -1,7 +1,8 @@
 """P9: what run_job costs a fresh `django-admin startproject`, and what cronops costs the rest.
 
 In a new project made by this virtualenv's `django-admin startproject`, with one app whose
-command `noop` does nothing, alternating (the order reversed every other round) N rounds of:
+commands `noop` and `nightly` do nothing (`nightly` scheduled in crontab.d), alternating (the
+order reversed every other round) N rounds of:
 
   bare      manage.py noop                      settings without cronops
   with_ops  manage.py noop                      the README's adoption: "ops" in INSTALLED_APPS
@@ -83,6 +84,7 @@ def startproject() -> Path:
     for package in (root / "shop", root / "shop" / "management", commands):
         (package / "__init__.py").write_text("")
     (commands / "noop.py").write_text(NOOP)
+    (commands / "nightly.py").write_text(NOOP)
     plain = root / "mysite" / "settings.py"
     text = plain.read_text().replace(
         "'django.contrib.staticfiles',", "'django.contrib.staticfiles',\n    'shop',"
@@ -91,6 +93,9 @@ def startproject() -> Path:
     plain.write_text(text)
     (root / "mysite" / "settings_ops.py").write_text(text + ADOPTION)
     (root / "crontab.d").mkdir()
+    # A schedule to read: every command's system checks parse crontab.d (run_job's noop stays
+    # an undeclared command, so every round runs it)
+    (root / "crontab.d" / "10-nightly.cron").write_text("0 3 * * * --no-ping nightly\n")
     (root / "sketch.py").write_text(SKETCH)
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mysite.settings_ops"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)

@@ -7,6 +7,7 @@ avoid `SELECT DISTINCT` over the whole table (the job filter lists names by a lo
 scan), and the change list never counts the full history.
 """
 
+from functools import partial
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
@@ -19,11 +20,19 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .models import Effect, Job, JobRun, Outcome, SlotClaim
+from .models import Effect, Job, JobAction, JobRun, Outcome, SlotClaim
 from .schedule.durations import human_duration
 
 # The jobs page's modules (status, crontab.d, cronsim) are imported by its views, not here:
 # Django imports every app's admin.py at start-up, for every management command.
+
+
+def _button(function: str, model_admin, request, *args, **kwargs):
+    """A button's view (pause, resume, run now, run again), imported when it is asked for:
+    every command's URL checks build the admin's URLs, and the views import the run's modules."""
+    from .control import views
+
+    return getattr(views, function)(model_admin, request, *args, **kwargs)
 
 
 class JobFilter(admin.SimpleListFilter):
@@ -93,6 +102,7 @@ class JobRunAdmin(ReadOnlyAdmin):
                     "pid",
                     "rid",
                     "command",
+                    "started_by",
                 ]
             },
         ),
@@ -175,10 +185,10 @@ class SlotClaimAdmin(ReadOnlyAdmin):
 
     @admin.display(description="run")
     def run_link(self, obj):
-        return link_to_run(obj.run_id)
+        return run_link(obj.run_id)
 
 
-def link_to_run(run_id: int | None):
+def run_link(run_id: int | None) -> str:
     if run_id is None:
         return "-"
     url = reverse("admin:ops_jobrun_change", args=[run_id])
@@ -200,7 +210,23 @@ class EffectAdmin(ReadOnlyAdmin):
 
     @admin.display(description="run")
     def run(self, obj):
-        return link_to_run(obj.run_id)
+        return run_link(obj.run_id)
+
+
+@admin.register(JobAction)
+class JobActionAdmin(ReadOnlyAdmin):
+    """The audit trail: every pause, resume, run now and run again, by whom and when."""
+
+    list_display = ["at", "job", "kind", "username", "logical_date", "force", "note", "run_link"]
+    list_filter = ["kind", ("at", admin.DateFieldListFilter)]
+    search_fields = ["job", "username", "note"]
+    list_per_page = 50
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+
+    @admin.display(description="run")
+    def run_link(self, obj):
+        return run_link(obj.run_id)
 
 
 @admin.register(Job)
@@ -216,9 +242,17 @@ class JobAdmin(ReadOnlyAdmin):
 
     def get_urls(self):
         view = self.admin_site.admin_view
+
+        def route(suffix: str, function: str, name: str):
+            return path(f"<str:name>/{suffix}", view(partial(_button, function, self)), name=name)
+
         return [
             path("", view(self.jobs_view), name="ops_job_changelist"),
             path("<str:name>/", view(self.job_view), name="ops_job_detail"),
+            route("pause/", "pause_view", "ops_job_pause"),
+            route("resume/", "resume_view", "ops_job_resume"),
+            route("run/", "run_view", "ops_job_run"),
+            route("actions/<int:pk>/", "action_view", "ops_job_action"),
         ]
 
     def _context(self, request, title: str, **extra) -> dict:
@@ -237,6 +271,7 @@ class JobAdmin(ReadOnlyAdmin):
             ],
             "strip": jobs_page.STRIP,
             "spark": jobs_page.SPARK,
+            "can_operate": request.user.has_perm("ops.run_job"),  # the buttons (control/views.py)
             **extra,
         }
 
@@ -305,5 +340,7 @@ class JobAdmin(ReadOnlyAdmin):
             time_zone=settings.TIME_ZONE,
             now=jobs_page.local_time(report.now, report.tz),
             runs_url=f"{runs}?{urlencode({'job': name})}",
+            # Run again, for the days without success (ops/control/views.py)
+            rerun_days=[d for d in days if d.state in jobs_page.RUN_AGAIN] if scheduled else [],
         )
         return TemplateResponse(request, "admin/ops/job/job.html", context)

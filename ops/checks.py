@@ -27,6 +27,7 @@ before it migrates): run_job, job_status and install_crontab say so themselves.
 import grp
 import os
 import stat
+import sys
 import zoneinfo
 from pathlib import Path
 
@@ -122,8 +123,28 @@ def _schedule():
         return None, exc
 
 
+# The commands whose system checks read crontab.d (parsing it, with each job's arguments through
+# its command's parser, costs a command ~10 ms): `check` (the deploy runs it) and `runserver`.
+# Every other command skips it; run_job, install_crontab, job_status, sync_healthchecks and
+# export_schedule read crontab.d themselves and refuse a bad line.
+READS_CRONTABD = {"check", "runserver"}
+
+
+def _reads_crontabd() -> bool:
+    """Whether this process's command is one of READS_CRONTABD; also when it is no
+    `manage.py <command>` at all (a test's or a tool's run_checks())."""
+    argv = sys.argv
+    launcher = Path(argv[0]).name if argv else ""
+    if launcher not in ("manage.py", "django-admin", "__main__.py") or len(argv) < 2:
+        return True
+    command = next((word for word in argv[1:] if not word.startswith("-")), "")
+    return command in READS_CRONTABD
+
+
 @register(Tags.compatibility, deploy=False)
 def check_crontabd(app_configs=None, **kwargs):
+    if not _reads_crontabd():
+        return []
     directory = _or_none(conf.crontab_dir)
     if directory is None:
         return []  # check_settings says why
@@ -136,13 +157,16 @@ def check_crontabd(app_configs=None, **kwargs):
                 id="ops.W004",
             )
         ]
-    from .monitors.redact import known_secrets
-    from .schedule.crontab_text import redact
+    if not any(directory.glob("*.cron")):
+        return []  # nothing scheduled yet: nothing to parse (and nothing to import for it)
     from .schedule.systemtz import tz_hint, tz_mismatch
 
     schedule, error = _schedule()
     messages: list[CheckMessage] = []
     if error is not None:
+        from .monitors.redact import known_secrets
+        from .schedule.crontab_text import redact
+
         messages.append(
             Error(
                 redact(f"crontab.d: {error}", known_secrets(settings)),

@@ -2,10 +2,11 @@
 
 Each setting is read, in this order, from the Django setting of that name, else the environment
 variable of the same name (so a line in `.env` is enough: cron's runs load it through
-`ops.env.load_env`), else its default. An empty value (`""`, `None`) counts as unset. Relative
-paths are taken from `settings.BASE_DIR`, the directory of `manage.py` in a project made by
-`startproject`. Values are read at each use, never cached: `override_settings` works, and a
-value from `.env` is seen whatever imported this module first.
+`ops.env.load_env`), else its default. An empty value (`""`, `None`) counts as unset, except for
+HEALTHCHECKS_CHANNELS, where `""` means no integrations. Relative paths are taken from
+`settings.BASE_DIR`, the directory of `manage.py` in a project made by `startproject`. Values are
+read at each use, never cached: `override_settings` works, and a value from `.env` is seen whatever
+imported this module first.
 
 A value that cannot be used raises `SettingError`, one line naming the setting, where its value
 came from and what is accepted; `manage.py check` reports every one as ops.E006. Values of the
@@ -282,8 +283,15 @@ def api_key(source=None) -> str:
 
 
 def channels(source=None) -> str:
-    """HEALTHCHECKS_CHANNELS: channels for the checks sync_healthchecks creates."""
-    return _string("HEALTHCHECKS_CHANNELS", "*", source)
+    """HEALTHCHECKS_CHANNELS: channels for the checks sync_healthchecks creates.
+
+    The one setting where `""` is a value, not "unset": it means no integrations, as the API
+    reads it (an empty setting or an empty `HEALTHCHECKS_CHANNELS=` line in .env)."""
+    name = "HEALTHCHECKS_CHANNELS"
+    value = getattr(settings if source is None else source, name, None)
+    if value == "" or (value is None and os.environ.get(name) == ""):
+        return ""
+    return _string(name, "*", source)
 
 
 # Every getter, by setting name, for `manage.py check` and docs/settings.md's test.

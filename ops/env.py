@@ -35,8 +35,6 @@ _NAME = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*=")
 def load_env(path: str | os.PathLike[str]) -> bool:
     """Put the variables of the dotenv file `path` into os.environ, without overriding any
     already set; True when the file holds at least one variable. Problems go to `problems`."""
-    from dotenv.parser import parse_stream
-
     try:
         with open(path, "rb") as file:
             data = file.read()
@@ -54,6 +52,8 @@ def load_env(path: str | os.PathLike[str]) -> bool:
             "from the file"
         )
         return False
+    from dotenv.parser import parse_stream  # here: a project without .env does not pay for it
+
     loaded = False
     for binding in parse_stream(io.StringIO(text)):
         if binding.error:

@@ -23,6 +23,7 @@ from django.utils import dateparse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from .control import pauses
 from .models import JobRun, Outcome
 from .monitors import status
 from .schedule.crontabd import Job
@@ -49,9 +50,10 @@ STATE_COLOURS = {
     status.FAILING: "#cf222e",
     status.OVERDUE: "#bc4c00",
     status.NEVER_RUN: "#6e7781",
+    status.PAUSED: "#57606a",
 }
 # Calendar days
-SERVED, FAILED, SKIPPED, MISSING, IN_PROGRESS, NOTHING_DUE, NO_HISTORY = (
+SERVED, FAILED, SKIPPED, MISSING, IN_PROGRESS, NOTHING_DUE, NO_HISTORY, PAUSED = (
     "served",
     "failed",
     "skipped",
@@ -59,7 +61,9 @@ SERVED, FAILED, SKIPPED, MISSING, IN_PROGRESS, NOTHING_DUE, NO_HISTORY = (
     "in progress",
     "nothing due",
     "before history",
+    "paused",
 )
+RUN_AGAIN = (FAILED, MISSING, SKIPPED)  # the days the page offers to run again
 DAY_COLOURS = {
     SERVED: "#1a7f37",
     FAILED: "#cf222e",
@@ -68,6 +72,7 @@ DAY_COLOURS = {
     IN_PROGRESS: "#0969da",
     NOTHING_DUE: "#eaeef2",
     NO_HISTORY: "#ffffff",
+    PAUSED: "#afb8c1",
 }
 
 
@@ -315,9 +320,10 @@ def calendar(
 
     served: every due slot of the day has a success; failed / skipped: some due slot has none
     and the day saw a failed attempt / only skips; missing: a due slot with no success and no
-    attempt at all; in progress: the job's live run serves that day; nothing due: no slot that
-    day (or not yet due: a slot counts once its grace has passed, as for `overdue`); before
-    history: before the job's first recorded run.
+    attempt at all; in progress: the job's live run serves that day; paused: a fire time of the
+    day without success fell within a pause; nothing due: no slot that day (or not yet due: a
+    slot counts once its grace has passed, as for `overdue`); before history: before the job's
+    first recorded run.
     """
     today = now.astimezone(tz).date()
     first_day = today - dt.timedelta(days=days - 1)
@@ -330,6 +336,7 @@ def calendar(
     history_from = first_run if first_run is not None else now
     # Slots count once due, like `overdue`: a slot S is due when S + grace <= now.
     due_until = now - dt.timedelta(seconds=s.grace or 0)
+    spans = pauses.windows(s.job, since)
     live_day = None
     if s.state == status.RUNNING and s.last_run is not None:
         live_day = s.last_run.logical_date or s.last_run.started_at.astimezone(tz).date()
@@ -351,6 +358,8 @@ def calendar(
         elif due:
             if failures > 0:
                 state = FAILED
+            elif spans and _paused_fire(expr, day, spans, tz):
+                state = PAUSED
             elif c.runs.get(Outcome.SKIPPED):
                 state = SKIPPED
             else:
@@ -383,6 +392,19 @@ def calendar(
             )
         )
     return result
+
+
+def _paused_fire(expr, day: dt.date, spans: list, tz: ZoneInfo) -> bool:
+    """Whether a fire time of `expr` on `day` fell within a pause (`spans`: (start, end))."""
+    start, end = _local_midnight(day, tz), _local_midnight(day + dt.timedelta(days=1), tz)
+    if not any(s < end and (e is None or e > start) for s, e in spans):
+        return False
+    for fire in CronSim(expr, start.astimezone(tz) - dt.timedelta(minutes=1)):
+        if fire >= end:
+            return False
+        if fire >= start and pauses.within(fire, spans):
+            return True
+    return False
 
 
 def weeks(days: list[Day]) -> list[dict]:

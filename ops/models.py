@@ -38,6 +38,10 @@ class JobRun(models.Model):
     rid = models.CharField(max_length=36, blank=True, default="")
     command = models.CharField(max_length=500, blank=True, default="")
     output_tail = models.TextField(blank=True, default="")
+    # Who started it from the admin's jobs page (Run now, Run again); "" for cron and the shell.
+    started_by = models.CharField(max_length=150, blank=True, default="", db_default="")
+    # A fire refused because the job was paused (ops/control/pauses.py): one per slot at most.
+    paused = models.BooleanField(default=False, db_default=False)
     # Not columns: the claim version a run holds, set by ops.run.claims on the run it creates (read
     # with getattr: a run loaded from the database has none); `kind` ("r"/"s"), the raw query
     # of ops.monitors.status.
@@ -49,6 +53,14 @@ class JobRun(models.Model):
         indexes = [
             models.Index(fields=["job", "-started_at"], name="ops_run_job_started"),
             models.Index(fields=["job", "outcome", "-started_at"], name="ops_run_job_outcome"),
+        ]
+        constraints = [
+            # Every fire of a paused slot (a second server's, a retry) finds this row: one skip.
+            models.UniqueConstraint(
+                fields=["job", "slot"],
+                condition=models.Q(paused=True) & ~models.Q(slot=""),
+                name="ops_run_one_pause_per_slot",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -136,10 +148,78 @@ class Effect(models.Model):
 
 
 class Job(JobRun):
-    """The admin's jobs page (Ops → Jobs). A proxy of the history it is drawn from: no table,
-    no permissions of its own (the page asks for `ops.view_jobrun`, like the history)."""
+    """The admin's jobs page (Ops → Jobs). A proxy of the history it is drawn from: no table.
+    Seeing it asks for `ops.view_jobrun`, like the history; its buttons (pause, resume, run
+    now, run again) for a permission of their own, `ops.run_job`."""
 
     class Meta:
         proxy = True
         verbose_name = "job"
         default_permissions = ()
+        permissions = [("run_job", "Can pause, resume and run jobs from the jobs page")]
+
+
+class JobPause(models.Model):
+    """A pause of one job (`job_pause`, the jobs page). While it lasts the job's fires run
+    nothing and record their slot as a skip; it ends by `job_resume` or at `until`. Kept once
+    ended: catch-up never replays a slot it covered, and the calendar shows those days paused.
+    """
+
+    job = models.CharField(max_length=100)
+    paused_by = models.CharField(max_length=150)
+    since = models.DateTimeField()
+    until = models.DateTimeField(null=True, blank=True, help_text="the pause ends by itself then")
+    reason = models.CharField(max_length=300, blank=True, default="")
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=150, blank=True, default="")
+    # The job's healthchecks.io check: its UUID, whether this pause holds it paused on the
+    # server now (a resume is owed), the manual_resume it had before (restored on resume),
+    # and what the last call to the server did.
+    check_uuid = models.CharField(max_length=36, blank=True, default="")
+    check_paused = models.BooleanField(default=False)
+    check_manual_resume = models.BooleanField(null=True, blank=True)
+    check_note = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["-since", "-id"]
+        indexes = [models.Index(fields=["job", "-since"], name="ops_pause_job_since")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job"],
+                condition=models.Q(ended_at__isnull=True),
+                name="ops_pause_one_open_per_job",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job} paused {self.since:%Y-%m-%d %H:%M} by {self.paused_by}"
+
+
+class JobAction(models.Model):
+    """The audit trail: every pause, resume, run now and run again, by whom and when."""
+
+    class Kind(models.TextChoices):
+        PAUSE = "pause", "pause"
+        RESUME = "resume", "resume"
+        RUN_NOW = "run_now", "run now"
+        RUN_AGAIN = "run_again", "run again"
+
+    at = models.DateTimeField()
+    job = models.CharField(max_length=100)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    # Who: an admin user's name; `<unix user>@<host> (command line)`; `cronops (--until)`.
+    username = models.CharField(max_length=150)
+    logical_date = models.DateField(null=True, blank=True)
+    force = models.BooleanField(default=False)
+    note = models.CharField(max_length=500, blank=True, default="")
+    # A run it started (Run now, Run again): set by that run_job when it records the run.
+    run = models.ForeignKey(
+        JobRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["job", "-at"], name="ops_action_job_at")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.job} by {self.username}"

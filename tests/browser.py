@@ -14,8 +14,9 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.conftest import wait_until
 
 CHROMIUM = os.environ.get("CRONOPS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -79,20 +80,19 @@ class Server:
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 60
-        while True:  # until it answers (bounded): runserver runs the system checks first
+
+        def answers():  # runserver runs the system checks first
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
                 conn.request("GET", "/admin/login/")
-                if conn.getresponse().status == 200:
-                    return self
+                return conn.getresponse().status == 200
             except OSError:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"runserver exited: {self.proc.stderr.read()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("runserver did not answer within 60 s")
-            time.sleep(0.2)
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"runserver exited: {self.proc.stderr.read()}") from None
+                return False
+
+        wait_until(answers, f"runserver to answer on 127.0.0.1:{self.port}", 60)
+        return self
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

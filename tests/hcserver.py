@@ -12,21 +12,40 @@ It follows ../shared/FACTS.md ("healthchecks.io pinging API", "Management API v3
 - `rid` pairing: a start opens a run, the success with the same rid closes it, a success with
   another rid leaves it open, a failure closes it; a `/start` that arrives after its success
   leaves the check "started";
-- "filter by HTTP body" checks decode the body strictly as UTF-8 (500 when it is not), ignore
-  an empty-body `/start`, and pick success / failure by keyword;
+- a check is `new` until its first success or failure ping and a `new` check never goes down
+  (`status_at`, `going_down_after`: the server's `Check.get_status` and `going_down_after`);
+  a success makes it `up`, due again at the schedule's next fire time after that ping (a simple
+  check: `timeout` after it), `grace` later `down`; a `/start` makes it due `grace` after;
+- "filter by HTTP body" (`filter_http_body`) decodes the body strictly as UTF-8 (500 when it
+  is not), then for *every* ping, whatever its URL says: a failure keyword → failure, else a
+  success keyword → success, else a start keyword → start, else a failure with
+  `filter_default_fail`, else ignored (the empty `/start` included); keywords are
+  comma-separated and matched as substrings;
 - `methods="POST"`: HEAD and GET pings are ignored (200, recorded as ignored);
+- a paused check with `manual_resume` ignores every ping; without it a success or failure
+  resumes it (`up` / `down`), a `/start` opens a run on it (down a grace later without an end)
+  and a `/log` changes nothing (`Check.ping`); `manual_resume` must be a boolean (400);
 - `hosted=True`: more than 5 pings a minute to one check are dropped: by slug 429, by UUID
   200 `OK (rate limited)` (and a missing UUID 200 `OK (not found)`);
 - the API: `X-Api-Key` of exactly 32 characters else 401 `missing api key`, a wrong one 401
   `wrong api key`; `POST /api/v3/checks/` with `unique: ["slug"]` upserts the *first* match
   (201 / 200); `POST /api/v3/checks/<uuid>` updates; `GET ?tag=` lists; `DELETE` removes;
-  `null` values 400; timeout and grace 60 ... 31,536,000; `tz` stored under its current tzdata
-  name (the links of tzdata's `backward` file, read from tzdata.zi, not typed in here).
+  `POST .../pause` (`paused`, its open run dropped), `.../resume` (409 unless paused; a
+  resumed check is `new` again, its last ping forgotten: never down until pinged);
+  `GET /api/v3/channels/`; `null` values 400; timeout and grace 60 ... 31,536,000; `tz` stored
+  under its current tzdata name (the links of tzdata's `backward` file, read from tzdata.zi,
+  not typed in here); `channels`: `*` every integration, `""` none, else ids or names (an
+  unknown one 400 `invalid channel identifier: X`, an empty one 400 `empty channel identifier`);
+- the read-only API key (`read_key`) lists checks and reads one, with `unique_key` instead of
+  `uuid` and without `ping_url`, `update_url`, `pause_url`, `resume_url` and `channels`; every
+  other call with it (writes, the channel list) answers 401 `wrong api key`.
 
 `delay(kind, seconds)` holds pings of one kind before the server acts on them, as a slow
 server does; a client that closes its connection meanwhile is never acted on (what nginx does
-when the client goes away before the request reached the application). `slow_answer(kind,
-seconds)` acts at once and answers late.
+when the client goes away before the request reached the application). `hold(kind, seconds)`
+holds them and acts on them whatever the client did meanwhile (a proxy that does not abort a
+request whose client went away, or a queue in front of the application: the whole request was
+in). `slow_answer(kind, seconds)` acts at once and answers late.
 
 Tests inspect `checks`, `check(slug)`, each check's `state` and `exit_status`, and `pings` (in the
 order the server acted on them, bodies as stored).
@@ -35,7 +54,6 @@ order the server acted on them, bodies as stored).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import select
 import socket
@@ -44,43 +62,22 @@ import time
 import uuid as uuidlib
 import zoneinfo
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from cronsim import CronSim, CronSimError
+from cronsim import CronSim
 from werkzeug import Request, Response
 
-API_KEY = "hcw_" + "k3y" * 9 + "a"  # 32 characters, like a real key
-CHANNELS = ["4f1e8c0a-0000-4000-8000-00000000000a", "4f1e8c0a-0000-4000-8000-00000000000b"]
+from .hcserver_api import API_KEY, CHANNELS, READ_KEY, ManagementAPI
+
+__all__ = ["API_KEY", "CHANNELS", "READ_KEY", "Check", "HealthchecksServer", "Ping"]
+
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 SLUG_RE = re.compile(r"^[a-z0-9_-]+$")
-MAX_SECONDS = 31_536_000
 HOSTED_LIMIT_PER_MINUTE = 5
 
 
-def _tzdata_zi() -> Path:
-    for directory in zoneinfo.TZPATH:
-        if (Path(directory) / "tzdata.zi").is_file():
-            return Path(directory) / "tzdata.zi"
-    import importlib.resources
-
-    return Path(str(importlib.resources.files("tzdata.zoneinfo") / "tzdata.zi"))
-
-
-def legacy_zone_names() -> dict[str, str]:
-    """{legacy name: current name} from tzdata's links (`L TARGET LINK` in tzdata.zi).
-
-    The UTC and GMT aliases (`UTC`, `Etc/Universal`, `GMT` ...) link into Etc/: the server keeps
-    those as written, so they are left out."""
-    links = {}
-    for line in _tzdata_zi().read_text().splitlines():
-        if line.startswith("L "):
-            _, target, name = line.split()
-            if not target.startswith("Etc/"):
-                links[name] = target
-    return links
-
-
-LEGACY_TZ = legacy_zone_names()
+def keyword_in(text: str, keywords: str) -> bool:
+    """The server's keyword match: any of the comma-separated keywords, as a substring."""
+    return any(k.strip() and k.strip() in text for k in (keywords or "").split(","))
 
 
 @dataclass
@@ -98,17 +95,58 @@ class Check:
     channels: list[str] = field(default_factory=list)
     methods: str = ""
     manual_resume: bool = False
-    # "filter by HTTP body" (filter_http_body, success_kw, failure_kw)
+    # "filter by HTTP body" (filter_http_body: the keywords below applied to ping bodies;
+    # filter_subject and filter_body are the e-mail ones, which pings ignore)
+    filter_http_body: bool = False
+    filter_subject: bool = False
     filter_body: bool = False
+    filter_default_fail: bool = False
+    start_kw: str = ""
     success_kw: str = ""
     failure_kw: str = ""
     # live state
-    status: str = "new"  # new, up, down
+    status: str = "new"  # new, up, down, paused (as stored; status_at() is what is shown)
+    last_start: dt.datetime | None = None
     last_start_rid: str | None = None
-    started: bool = False
     exit_status: int | None = None
     n_pings: int = 0
     last_ping: dt.datetime | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.last_start is not None
+
+    def grace_start(self, *, with_started: bool = True) -> dt.datetime | None:
+        """The server's `get_grace_start`: when the next ping is due (None: never)."""
+        result = None
+        if self.status == "up" and self.last_ping is not None:
+            if self.kind == "simple":
+                result = self.last_ping + dt.timedelta(seconds=self.timeout)
+            else:
+                local = self.last_ping.astimezone(zoneinfo.ZoneInfo(self.tz))
+                result = next(CronSim(self.schedule, local)).astimezone(dt.UTC)
+        if with_started and self.last_start is not None and self.status != "down":
+            result = self.last_start if result is None else min(result, self.last_start)
+        return result
+
+    def going_down_after(self) -> dt.datetime | None:
+        """When `sendalerts` flips it down and alerts (None for new, paused and down checks
+        that are not running)."""
+        start = self.grace_start()
+        return None if start is None else start + dt.timedelta(seconds=self.grace)
+
+    def status_at(self, now: dt.datetime | None = None) -> str:
+        """The server's `get_status` (API v3: no "started"): up, grace, down, new or paused."""
+        now = now or dt.datetime.now(dt.UTC)
+        grace = dt.timedelta(seconds=self.grace)
+        if self.last_start is not None and now >= self.last_start + grace:
+            return "down"
+        if self.status in ("new", "paused", "down"):
+            return self.status
+        start = self.grace_start(with_started=False)
+        if start is None or now < start:
+            return "up"
+        return "down" if now >= start + grace else "grace"
 
     # The API tests read checks like the JSON they were: check["tz"].
     def __getitem__(self, key: str):
@@ -136,7 +174,7 @@ class Ping:
     status: int  # the HTTP status answered
 
 
-class HealthchecksServer:
+class HealthchecksServer(ManagementAPI):
     """One healthchecks project (ping key, API key) behind a pytest-httpserver."""
 
     def __init__(
@@ -145,12 +183,14 @@ class HealthchecksServer:
         *,
         ping_key: str = "",
         api_key: str = API_KEY,
+        read_key: str = READ_KEY,
         body_limit: int = 10_000,
         hosted: bool = False,
     ):
         self.server = server
         self.ping_key = ping_key
         self.api_key = api_key
+        self.read_key = read_key
         self.body_limit = body_limit
         self.hosted = hosted
         self.checks: dict[str, Check] = {}
@@ -158,6 +198,7 @@ class HealthchecksServer:
         self.api_log: list[tuple[str, str, dict | None]] = []
         self.api_fail_with: tuple[int, dict] | None = None
         self._delays: dict[str, float] = {}
+        self._holds: dict[str, float] = {}
         self._slow_answers: dict[str, float] = {}
         self._recent: dict[str, list[float]] = {}
         self._lock = threading.RLock()
@@ -207,6 +248,10 @@ class HealthchecksServer:
         """Hold pings of `kind` (start, success, fail, log, or an exit status) for `seconds`."""
         self._delays[kind] = seconds
 
+    def hold(self, kind: str, seconds: float) -> None:
+        """Hold pings of `kind` for `seconds`, then act on them whatever the client did."""
+        self._holds[kind] = seconds
+
     def slow_answer(self, kind: str, seconds: float) -> None:
         """Act on pings of `kind` at once but answer them `seconds` later."""
         self._slow_answers[kind] = seconds
@@ -251,6 +296,7 @@ class HealthchecksServer:
                     Ping(kind, "aborted", request.method, None, "", None, None, b"", 499)
                 )
             return self._answer("client went away", 499)
+        time.sleep(self._holds.get(kind, 0.0))
         with self._lock:
             response = self._ping(request, parts, by_uuid, kind)
         time.sleep(self._slow_answers.get(kind, 0.0))
@@ -321,22 +367,27 @@ class HealthchecksServer:
             action = "success" if exit_status == 0 else "fail"
         if check.methods == "POST" and request.method != "POST":
             action = "ign"
-        elif check.filter_body:
+        elif check.filter_http_body:
             try:
                 # strict, and of the body as cut to the limit (`request.body[:limit]`): the
                 # server's own decode fails with 500, a cut inside a character included
                 text = stored.decode("utf-8")
             except UnicodeDecodeError:
                 return Response("Internal Server Error", status=500)
-            if action == "start" and not stored:
+            # The keywords decide for every kind of ping: the URL's exit status, /start and
+            # /log included, counts for nothing once the filter is on.
+            if keyword_in(text, check.failure_kw):
+                action = "fail"
+            elif keyword_in(text, check.success_kw):
+                action = "success"
+            elif keyword_in(text, check.start_kw):
+                action = "start"
+            elif check.filter_default_fail:
+                action = "fail"
+            else:
                 action = "ign"
-            elif action == "success" and kind == "success":
-                if check.failure_kw and check.failure_kw in text:
-                    action = "fail"
-                elif check.success_kw and check.success_kw in text:
-                    action = "success"
-                else:
-                    action = "ign"
+        if check.status == "paused" and check.manual_resume:
+            action = "ign"
         status = 201 if not by_uuid and created else 200
         self.pings.append(
             Ping(kind, action, request.method, check.uuid, slug, rid, exit_status, stored, status)
@@ -355,168 +406,19 @@ class HealthchecksServer:
 
     @staticmethod
     def _apply(check: Check, action: str, rid: str | None, exit_status: int | None) -> None:
+        """The server's `Check.ping`: a start opens a run (last_ping unchanged), a success or
+        failure closes the run of its rid (a failure, or a success without a rid, any run)."""
+        check.n_pings += 1
+        now = dt.datetime.now(dt.UTC)
         if action in ("log", "ign"):
             return
-        check.n_pings += 1
-        check.last_ping = dt.datetime.now(dt.UTC)
         if action == "start":
-            check.started, check.last_start_rid = True, rid
+            check.last_start, check.last_start_rid = now, rid
             return
-        if action == "success":
-            if check.started and (rid is None or rid == check.last_start_rid):
-                check.started = False
-            check.status = "up"
-        else:  # fail: closes any open run
-            check.started = False
-            check.status = "down"
-        check.exit_status = exit_status
-
-    # --- the Management API v3 ------------------------------------------------------------
-
-    STR_FIELDS = ("name", "slug", "tags", "desc", "schedule", "tz", "channels", "methods")
-    SECONDS_FIELDS = ("grace", "timeout")
-
-    def api(self, request: Request) -> Response:
-        body = None
-        if request.method == "POST":
-            try:
-                body = json.loads(request.get_data() or b"null")
-            except ValueError:
-                return self.json({"error": "could not parse request body"}, 400)
-        self.api_log.append((request.method, request.path, body))
-        key = request.headers.get("X-Api-Key", "")
-        if len(key) != 32:
-            return self.json({"error": "missing api key"}, 401)
-        if key != self.api_key:
-            return self.json({"error": "wrong api key"}, 401)
-        if self.api_fail_with is not None:
-            status, document = self.api_fail_with
-            return self.json(document, status)
-        code = request.path.removeprefix("/api/v3/checks/").strip("/")
-        if request.method == "GET" and not code:
-            tags = set(request.args.getlist("tag"))
-            slug = request.args.get("slug")
-            found = [
-                self.to_dict(c)
-                for c in self.checks.values()
-                if tags.issubset(c.tags.split()) and (slug is None or c.slug == slug)
-            ]
-            return self.json({"checks": found}, 200)
-        if request.method == "POST" and not code:
-            return self.upsert(body)
-        check = self.checks.get(code)
-        if check is None:
-            return Response("not found", status=404)
-        if request.method == "DELETE":
-            del self.checks[code]
-            return self.json(self.to_dict(check), 200)
-        if request.method == "POST":
-            error = self.validate(body)
-            if error:
-                return self.json({"error": error}, 400)
-            self.update(check, body)
-        return self.json(self.to_dict(check), 200)
-
-    def to_dict(self, check: Check) -> dict:
-        update_url = self.server.url_for(f"/api/v3/checks/{check.uuid}")
-        result = {
-            "name": check.name,
-            "slug": check.slug,
-            "tags": check.tags,
-            "desc": check.desc,
-            "grace": check.grace,
-            "n_pings": check.n_pings,
-            "status": check.status,
-            "started": check.started,
-            "last_ping": check.last_ping.isoformat() if check.last_ping else None,
-            "next_ping": None,
-            "manual_resume": check.manual_resume,
-            "methods": check.methods,
-            "ping_url": self.server.url_for(f"/{check.uuid}"),
-            "update_url": update_url,
-            "pause_url": update_url + "/pause",
-            "resume_url": update_url + "/resume",
-            "channels": ",".join(sorted(check.channels)),
-        }
-        if check.kind == "simple":
-            result["timeout"] = check.timeout
-        else:
-            result["schedule"], result["tz"] = check.schedule, check.tz
-        return result
-
-    def validate(self, body) -> str | None:
-        if not isinstance(body, dict):
-            return "json validation error: request body is not an object"
-        for key, value in body.items():
-            if value is None:
-                kind = "a number" if key in self.SECONDS_FIELDS else "a string"
-                return f"json validation error: {key} is not {kind}"
-        for key in self.STR_FIELDS:
-            if key in body and not isinstance(body[key], str):
-                return f"json validation error: {key} is not a string"
-        for key in self.SECONDS_FIELDS:
-            if key in body:
-                value = body[key]
-                if not isinstance(value, int) or isinstance(value, bool):
-                    return f"json validation error: {key} is not a number"
-                if value < 60:
-                    return f"json validation error: {key} is too small"
-                if value > MAX_SECONDS:
-                    return f"json validation error: {key} is too large"
-        if "name" in body and len(body["name"]) > 100:
-            return "json validation error: name is too long"
-        if "slug" in body and not re.fullmatch(r"[a-z0-9-_]*", body["slug"]):
-            return "json validation error: slug does not match pattern"
-        if "methods" in body and body["methods"] not in ("", "POST"):
-            return "json validation error: methods has unexpected value"
-        if "schedule" in body:
-            try:
-                if len(body["schedule"].split()) != 5:
-                    raise CronSimError("not five fields")
-                next(CronSim(body["schedule"], dt.datetime(2000, 1, 1)))
-            except (CronSimError, StopIteration):
-                return (
-                    "json validation error: schedule is not a valid cron or OnCalendar expression"
-                )
-        if "tz" in body and body["tz"] not in zoneinfo.available_timezones():
-            return "json validation error: tz is not a valid timezone"
-        if "unique" in body and (
-            not isinstance(body["unique"], list)
-            or any(u not in ("name", "slug", "tags", "timeout", "grace") for u in body["unique"])
+        check.last_ping = now
+        if check.last_start is not None and (
+            rid == check.last_start_rid or action == "fail" or rid is None
         ):
-            return "json validation error: an item in 'unique' has unexpected value"
-        return None
-
-    def upsert(self, body):
-        error = self.validate(body)
-        if error:
-            return self.json({"error": error}, 400)
-        existing = None
-        if "slug" in body.get("unique", []) and "slug" in body:
-            # The first match, as the server's own query does: a duplicate stays untouched.
-            existing = next((c for c in self.checks.values() if c.slug == body["slug"]), None)
-        if existing is None:
-            check = self.add()
-            self.update(check, body)
-            return self.json(self.to_dict(check), 201)
-        self.update(existing, body)
-        return self.json(self.to_dict(existing), 200)
-
-    @staticmethod
-    def update(check: Check, body: dict) -> None:
-        if "channels" in body:
-            value = body["channels"]
-            check.channels = list(CHANNELS) if value == "*" else [c for c in value.split(",") if c]
-        if "schedule" in body:
-            check.kind, check.schedule = "cron", body["schedule"]
-        elif "timeout" in body:
-            check.kind, check.timeout = "simple", body["timeout"]
-        if "tz" in body:
-            check.tz = LEGACY_TZ.get(body["tz"], body["tz"])
-        for key in ("name", "slug", "tags", "desc", "grace", "methods", "manual_resume"):
-            if key in body:
-                setattr(check, key, body[key])
-
-    @staticmethod
-    def json(document, status):
-        return Response(json.dumps(document), status=status, content_type="application/json")
+            check.last_start = None
+        check.status = "down" if action == "fail" else "up"
+        check.exit_status = exit_status

@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, require
+
+pytestmark = [pytest.mark.process, pytest.mark.first]  # one long test: started early
 
 LINT = Path(sys.executable).parent / "ansible-lint"
 

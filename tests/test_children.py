@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_runner import wait_for_line
+from .conftest import wait_for_line
 
 # The job shells out as pg_dump or rsync would: a shell that sleeps, then writes "end".
 SHELLS_OUT = """

@@ -7,12 +7,10 @@ issue 9 any run from a host of the same name took a running claim over, trusting
 """
 
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,19 @@ import pytest
 from ops.run import process
 from ops.run.descendants import descendants
 
-from .conftest import PING_KEY, Project, copy_tree, require
-from .test_runner import kill_a_scheduled_run_mid_command, ping_to, wait_for_line
+from .conftest import (
+    DAILY,
+    PING_KEY,
+    Project,
+    copy_tree,
+    kill_a_scheduled_run_mid_command,
+    ping_to,
+    require,
+    wait_for_line,
+    wait_until,
+)
+
+pytestmark = pytest.mark.process  # real processes, and a real `ansible`
 
 # Runs until the file `go` appears in its project directory; fails with 3 if `fail` is there.
 WAITER = """
@@ -36,7 +45,7 @@ if (settings.BASE_DIR / "fail").exists():
     raise CommandError("told to fail", returncode=3)
 print("done", flush=True)
 """
-CRON = "0 0 * * * t_wait\n"
+CRON = f"{DAILY} t_wait\n"  # two runs of one test serve one slot
 VAULT_NAMES = ("cronops_secret_key", "healthchecks_ping_key", "healthchecks_api_key")
 
 
@@ -132,9 +141,7 @@ def test_twelve_runs_of_one_slot_with_one_host_and_twelve_lock_dirs_execute_once
         project.popen("run_job", "t_wait", env={"OPS_LOCK_DIR": tmp_path / f"lock-{i}"})
         for i in range(12)
     ]
-    deadline = time.monotonic() + 120
-    while sum(r.poll() is not None for r in runs) < 11 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: sum(r.poll() is not None for r in runs) >= 11, "11 runs to exit", 120)
     (project.dir / "go").touch()
     codes = sorted(r.wait(60) for r in runs)
     for r in runs:
@@ -196,7 +203,7 @@ def test_a_run_whose_claim_was_taken_over_never_writes_onto_it(pg_project, tmp_p
     assert "recorded the dead attempt" in new.stderr
     for pid in machine:
         os.kill(pid, signal.SIGCONT)  # it wakes up, still inside its command
-    lost = read_stderr_until(old, "was taken over by run #")
+    lost = wait_for_line(old, "was taken over by run #", stream="stderr")
     _, err = old.communicate(timeout=60)
     # Its next heartbeat finds the claim gone: it stops the job (as a timeout would), exits
     # 75 and records itself as taken over, never as the slot's outcome.
@@ -217,33 +224,21 @@ def test_a_run_whose_claim_was_taken_over_never_writes_onto_it(pg_project, tmp_p
 def frozen(pid: int, db, timeout: float = 30) -> None:
     """Wait until `pid` is stopped and no statement it sent is still running on the server: a
     heartbeat in flight at the SIGSTOP must not land after the test has made it stale."""
-    deadline = time.monotonic() + timeout
     active = (
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
         "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state = 'active'"
     )
-    while True:
+
+    def stopped_and_quiet():
         states = set()
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
                 states.add((task / "stat").read_bytes().rsplit(b")", 1)[1].split()[0])
             except FileNotFoundError:  # a thread that ended meanwhile
                 continue
-        if states == {b"T"} and db.query(active) == [(0,)]:
-            return
-        assert time.monotonic() < deadline, f"pid {pid} not frozen (states {states})"
-        time.sleep(0.05)
+        return states == {b"T"} and db.query(active) == [(0,)]
 
-
-def read_stderr_until(proc, text: str, timeout: float = 30) -> str:
-    seen = ""
-    deadline = time.monotonic() + timeout
-    while text not in seen and time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
-        if ready:
-            seen += proc.stderr.readline()
-    assert text in seen, seen
-    return seen
+    wait_until(stopped_and_quiet, f"pid {pid} stopped with no statement in flight", timeout)
 
 
 def test_a_planted_symlink_in_the_lock_directory_is_refused_and_its_target_untouched(

@@ -10,7 +10,7 @@ from django.core.checks import run_checks
 from ops import conf
 from ops.env import load_env
 
-from .conftest import PING_KEY
+from .conftest import DAILY, PING_KEY
 
 PATHS = ("OPS_CRONTAB_DIR", "OPS_VAR_DIR", "OPS_LOCK_DIR", "OPS_LOG_DIR")
 
@@ -183,7 +183,7 @@ def test_run_job_with_a_bad_setting_exits_2_records_nothing_and_pings_nothing(
         HEALTHCHECKS_PING_KEY=PING_KEY,
         OPS_HEARTBEAT_SECONDS="half a minute",
     )
-    project.write_cron("t.cron", "0 0 * * * --name=t sleep_demo --seconds=0\n")
+    project.write_cron("t.cron", f"{DAILY} --name=t sleep_demo --seconds=0\n")
 
     result = project.run_job("t")
 

@@ -13,7 +13,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -21,9 +20,10 @@ import pytest
 
 from ops.schedule.systemtz import tz_mismatch
 
-from .conftest import PING_KEY, add_echo_args, base_env, copy_tree, require
+from .conftest import PING_KEY, add_echo_args, base_env, copy_tree, require, wait_until
 
-pytestmark = pytest.mark.slow
+# `first`: started first, its wait for cron's minute overlaps the rest of the run.
+pytestmark = [pytest.mark.slow, pytest.mark.first, pytest.mark.timeout(300)]
 DEPS = "import django, crontab, cronsim, requests, dotenv, dj_database_url"
 
 
@@ -94,17 +94,19 @@ def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
 
     # The daemon reads the changed crontab at its next minute, and the job's start-up on a
     # loaded machine takes seconds: two minutes' fire times, so one read late is not a failure.
-    deadline = time.monotonic() + 150
-    runs = []
-    while time.monotonic() < deadline:  # polling the real daemon, not waiting out a clock
+    log = app / "var" / "log" / "echo_args.log"
+
+    def finished_and_pinged():
         runs = query(app, "SELECT outcome, exit_code, host, output_tail FROM ops_jobrun")
         finished = {p.split("?")[0] for p in pinged_paths(ping_server)}
-        if runs and runs[0][0] != "running" and f"/{PING_KEY}/echo_args" in finished:
-            break
-        time.sleep(1)
+        done = runs and runs[0][0] != "running" and f"/{PING_KEY}/echo_args" in finished
+        # run_job's own output reaches --log when the runner exits, after the final ping
+        return runs if done and "ARGS" in read(log) else None
 
-    log = app / "var" / "log" / "echo_args.log"
-    assert runs, f"cron did not run the job within 150 s; log: {read(log)!r}"
+    try:
+        runs = wait_until(finished_and_pinged, "cron to run the job, ping and log it", 150)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; log: {read(log)!r}") from None
     outcome, exit_code, host, tail = runs[0]
     assert (outcome, exit_code, host) == ("succeeded", 0, "e2e-host"), read(log)
     printed = dict(line.split(" ", 1) for line in tail.splitlines() if " " in line)

@@ -48,7 +48,7 @@ def test_crontab_text_is_cut_at_newlines_only():
 
 
 @pytest.fixture
-def debian_crontab():
+def debian_crontab():  # a `process` fixture (tests/conftest.py): Debian's crontab -n
     require(shutil.which("crontab") is not None, "needs Debian's crontab (apt install cron)")
 
 

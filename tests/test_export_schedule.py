@@ -26,7 +26,7 @@ from ops.schedule import kubernetes, kubernetes_yaml
 from ops.schedule.crontabd import parse_text
 from ops.schedule.kubernetes import ExportError, ExportOptions
 
-from .conftest import REPO
+from .conftest import DAILY, REPO, wait_for_line
 
 POSTGRES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "app"}}
 SQLITE = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "/srv/app/var/db.sqlite3"}}
@@ -720,7 +720,7 @@ def test_two_pods_of_one_schedule_run_its_slot_once_with_the_manifests_env(pg_pr
             time.sleep(0.05)
         """,
     )
-    project.write_cron("10-billing.cron", "@daily --timeout=1m slow_charge\n")
+    project.write_cron("10-billing.cron", f"{DAILY} --timeout=1m slow_charge\n")  # 3 runs, 1 slot
     exported = project.manage(
         "export_schedule", "--format=kubernetes", "--image=img:1", "--env-secret=env"
     )
@@ -735,7 +735,7 @@ def test_two_pods_of_one_schedule_run_its_slot_once_with_the_manifests_env(pg_pr
         return {**pod_env(container, name, tmp_path / name / "lock"), "CHARGES": charges}
 
     first = project.popen(*command, env=pod("slow-charge-29000000-aaaaa"))
-    assert first.stdout.readline().strip() == "charging"
+    wait_for_line(first, "charging")
     second = project.manage(*command, env=pod("slow-charge-29000000-bbbbb"))
     assert second.returncode == 75, second.stdout + second.stderr
     assert "slow-charge-29000000-aaaaa" in second.stdout + second.stderr

@@ -1,6 +1,7 @@
 """install_crontab on real crontabs: throwaway users' crontabs through Debian's `crontab`, and
 tab files. Every test runs `manage.py install_crontab` of a deployed copy as a real process."""
 
+import io
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from django.core.management.base import OutputWrapper
 
 from .conftest import PING_KEY, add_echo_args
 from .test_crontabd import CORPUS, expectation
@@ -63,7 +65,15 @@ def without_block(data: bytes, project) -> bytes:
     return data.replace(our_block(data, project), b"")
 
 
-@pytest.mark.parametrize("bad", CORPUS, ids=[p.stem for p in CORPUS])
+# A schedule, an argument and an encoding error: each refused by a real `manage.py` process
+# (the whole corpus goes through the command in process below, and through the parser alone
+# in tests/test_crontabd.py).
+REPRESENTATIVE = ["01-tilde-random-minute", "47-logical-date-in-command-args", "59-byte-order-mark"]
+
+
+@pytest.mark.parametrize(
+    "bad", [p for p in CORPUS if p.stem in REPRESENTATIVE], ids=lambda p: p.stem
+)
 def test_a_malformed_crontab_d_leaves_the_installed_crontab_byte_identical(
     bad, sqlite_project, cron_user
 ):
@@ -81,6 +91,52 @@ def test_a_malformed_crontab_d_leaves_the_installed_crontab_byte_identical(
     assert reason in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert cron_user.crontab() == before
+
+
+def install_in_process(*args: str) -> tuple[int, str]:
+    """install_crontab's command line run in this process: (exit code, stderr)."""
+    from django.core.management import load_command_class
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    command = load_command_class("ops", "install_crontab")
+    command.stdout, command.stderr = OutputWrapper(stdout), OutputWrapper(stderr)
+    try:
+        command.run_from_argv(["manage.py", "install_crontab", *args])
+    except SystemExit as exit:
+        return int(exit.code or 0), stderr.getvalue()
+    return 0, stderr.getvalue()
+
+
+def test_no_file_of_the_malformed_corpus_changes_an_installed_crontab(
+    cron_user, settings, tmp_path
+):
+    """Every corpus file (tests/data/bad_crontabs) beside a good one: exit 2, one line naming
+    its file and line, and the user's real crontab byte-identical. One user and one install
+    for all of them, the command run in process (each was a deployed copy, a throwaway user
+    and two cold `manage.py` starts: a minute of CPU)."""
+    directory = tmp_path / "crontab.d"
+    directory.mkdir()
+    settings.OPS_CRONTAB_DIR = directory
+    settings.OPS_LOG_DIR = tmp_path / "var" / "log"
+    settings.OPS_CRONTAB_ID = f"corpus-{cron_user.name}"
+    (directory / "10-good.cron").write_text(GOOD)
+    assert install_in_process("--user", cron_user.name) == (0, "")
+    before = cron_user.crontab()
+    assert b"charge_daily" in before
+
+    for bad in CORPUS:
+        target = directory / f"50-{bad.name}"
+        target.write_bytes(bad.read_bytes())
+        lineno, reason = expectation(bad)
+
+        code, stderr = install_in_process("--user", cron_user.name)
+
+        assert code == 2, (bad.name, stderr)
+        assert f"{target}:{lineno}: " in stderr, (bad.name, stderr)
+        assert reason in stderr, (bad.name, stderr)
+        assert len(stderr.strip().splitlines()) == 1, (bad.name, stderr)
+        assert cron_user.crontab() == before, bad.name
+        target.unlink()
 
 
 def test_foreign_lines_survive_install_reinstall_change_and_remove_byte_for_byte(

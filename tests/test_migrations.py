@@ -10,8 +10,6 @@ from zoneinfo import ZoneInfo
 
 from ops.schedule.slots import current_slot, time_key
 
-from .conftest import clear_of_fire_times
-
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
@@ -36,19 +34,30 @@ def insert_legacy(db, job: str, key: str, state: str, started: dt.datetime) -> N
     )
 
 
+def far_hour(now: dt.datetime) -> int:
+    """An hour of the day in Berlin six hours from `now`'s (never in the night's DST hours):
+    a schedule firing then and twelve hours later is three hours or more away from `now`, so
+    `now`'s slots are still the current ones when run_job runs them again."""
+    hour = (now.astimezone(BERLIN).hour + 6) % 24
+    return 4 if hour in (1, 2, 3) else hour
+
+
 def test_old_slot_keys_get_their_offset_and_old_successes_stay_done(project):
-    # `now`'s slots below must still be the current ones when run_job runs them again.
-    clear_of_fire_times("0 0,12 * * *", tz="Europe/Berlin")
+    now = dt.datetime.now(dt.UTC)
+    hour = far_hour(now)
+    daily_expr = f"0 {hour} * * *"
+    twice_expr = f"0 {min(hour, (hour + 12) % 24)},{max(hour, (hour + 12) % 24)} * * *"
     project.write_env(TIME_ZONE="Europe/Berlin")
     project.add_command("t_ok", "print('ran')")
-    project.write_cron("t.cron", "0 0 * * * --name=daily t_ok\n0 0,12 * * * --name=twice t_ok\n")
+    project.write_cron(
+        "t.cron", f"{daily_expr} --name=daily t_ok\n{twice_expr} --name=twice t_ok\n"
+    )
     back = project.manage("migrate", "ops", "0001", "-v0")
     assert back.returncode == 0, back.stderr
     db = project.db
-    now = dt.datetime.now(dt.UTC)
-    daily = current_slot("0 0 * * *", now, BERLIN)
-    twice = current_slot("0 0,12 * * *", now, BERLIN)
-    legacy_today = f"{daily.logical_date} 00:00"  # the old key of today's daily slot
+    daily = current_slot(daily_expr, now, BERLIN)
+    twice = current_slot(twice_expr, now, BERLIN)
+    legacy_today = f"{daily.logical_date} {hour:02d}:00"  # the old key of today's daily slot
     insert_legacy(db, "daily", legacy_today, "succeeded", now)
     insert_legacy(db, "twice", twice.key[:16], "succeeded", now)
     insert_legacy(db, "autumn", "2026-10-25 02:30", "succeeded", now)  # the repeated hour

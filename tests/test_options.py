@@ -126,6 +126,38 @@ def test_other_durations_are_refused(text):
         parse_run_args([f"--wait={text}", "x"])
 
 
+# Every limit, as tests/test_run_job_arguments.py once sent each through `manage.py run_job`
+# (it still sends one of each kind): the option, and a part of the one-line refusal.
+BAD_VALUES = [
+    (["--catch-up=101"], "at most 100"),
+    (["--catch-up=100000"], "at most 100"),
+    (["--catch-up=" + "9" * 5000], "at most 100"),
+    (["--catch-up=\uff15"], "bad count"),  # full-width 5
+    (["--catch-up=\u00b2"], "bad count"),  # superscript two: isdigit() says yes
+    (["--timeout=99999999999999999999d"], "at most 365d"),
+    (["--timeout=366d"], "at most 365d"),
+    (["--timeout=31536001"], "at most 365d"),
+    (["--timeout=\uff13\uff10m"], "bad duration"),  # full-width 30
+    (["--timeout=\u0663\u0660s"], "bad duration"),  # Arabic-Indic 30
+    (["--timeout=0s"], "bad duration"),
+    (["--wait=\uff11s"], "bad duration"),
+    (["--wait=400d"], "at most 365d"),
+    (["--logical-date=20260105"], "use YYYY-MM-DD"),
+    (["--logical-date=2026-W02-1"], "use YYYY-MM-DD"),
+    (["--logical-date=\uff12\uff10\uff12\uff16-01-05"], "use YYYY-MM-DD"),
+    (["--logical-date=0001-01-01"], "1970-01-01"),
+    (["--logical-date=1969-12-31"], "1970-01-01"),
+]
+
+
+@pytest.mark.parametrize(("option", "message"), BAD_VALUES, ids=lambda v: str(v)[:30])
+def test_every_out_of_range_or_non_ascii_value_is_one_line_naming_its_limit(option, message):
+    with pytest.raises(OptionsError) as refused:
+        parse_run_args([*option, "t_ok"])
+    text = str(refused.value)
+    assert message in text and "\n" not in text and len(text) < 300, text
+
+
 def test_a_duration_outside_the_runner_has_no_upper_bound_but_must_be_finite():
     assert parse_duration("400d") == 400 * 86400  # prune_runs --older-than=400d
     with pytest.raises(ValueError, match="bad duration"):
@@ -164,6 +196,17 @@ def test_a_logical_date_is_exactly_yyyy_mm_dd_from_1970(text, problem):
     assert str(parse_run_args(["--logical-date=1970-01-01", "x"]).logical_date) == "1970-01-01"
     with pytest.raises(OptionsError, match=problem):
         parse_run_args([f"--logical-date={text}", "x"])
+
+
+@pytest.mark.parametrize("length", [101, 150, 10_000])
+def test_a_refused_long_name_is_cut_once_and_names_its_length_once(length):
+    # The name is shown cut, with its length; the parser's own cut of long words used to cut
+    # that again: "'aaa…… (63 characters) (150 characters)".
+    with pytest.raises(OptionsError) as refused:
+        parse_run_args([f"--name={'a' * length}", "x"])
+    message = str(refused.value)
+    assert message.count("characters)") == 1, message
+    assert f"'{'a' * 60}'… ({length} characters): use 1-100 of a-z" in message
 
 
 COMMON = {

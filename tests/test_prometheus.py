@@ -18,7 +18,6 @@ import socket
 import stat
 import subprocess
 import textwrap
-import time
 
 import pytest
 import time_machine
@@ -27,7 +26,7 @@ from django.core.management.base import CommandError
 
 from ops.monitors import status
 from tests import test_status
-from tests.conftest import REPO, require
+from tests.conftest import REPO, require, wait_until
 from tests.test_status import (
     CRON,
     EXPECTED,
@@ -261,16 +260,16 @@ def node_exporter(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+    def listening():
+        try:
+            return scrape(port) is not None
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            return False
+
     try:
-        deadline = time.monotonic() + 20
-        while True:  # wait until it listens (bounded)
-            try:
-                scrape(port)
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read().decode()
-                assert time.monotonic() < deadline, "node_exporter did not start listening"
-                time.sleep(0.1)
+        wait_until(listening, f"node_exporter to listen on 127.0.0.1:{port}", 20)
         yield directory, port
     finally:
         proc.terminate()
@@ -423,6 +422,7 @@ RULE_TESTS = textwrap.dedent(
 )
 
 
+@pytest.mark.process  # promtool
 def test_the_readme_alert_rules_pass_promtool_and_fire_when_they_should(tmp_path):
     require(os.access(PROMTOOL, os.X_OK), "promtool not installed (Debian package prometheus)")
     rules = tmp_path / "rules.yml"

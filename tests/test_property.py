@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
 import time_machine
 from cronsim import CronSim
 from django.core.management import get_commands
@@ -41,6 +42,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from ops.models import JobRun, Outcome, SlotClaim
 from ops.run import claims, process, runner
 from ops.schedule.slots import is_date_key, make_slot
+
+# A real process that has exited stands for a dead holder; and the run is long (make faults
+# has F8 for more examples): 12 s here, 30 s on PostgreSQL, minutes on a loaded machine.
+# `first`: one long test, started early rather than left to the end of a parallel run.
+pytestmark = [pytest.mark.process, pytest.mark.timeout(600), pytest.mark.first]
 
 UTC = dt.UTC
 TZ = ZoneInfo("Europe/Berlin")

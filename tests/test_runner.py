@@ -11,25 +11,15 @@ import time
 
 import pytest
 
-from .conftest import PING_KEY
-
-SLEEPER = """
-from django.conf import settings
-with open(settings.BASE_DIR / "ran.txt", "a") as f:
-    f.write(f"{os.getpid()}\\n")
-print("working", flush=True)
-if (settings.BASE_DIR / "hang").exists():
-    time.sleep(60)
-time.sleep(float(os.environ.get("SLEEP", "0")))
-print("done", flush=True)
-"""
-
-
-def ping_to(project, server, **extra) -> None:
-    """Point the project's pings at `server` (pytest-httpserver) with the test ping key."""
-    project.write_env(
-        HEALTHCHECKS_PING_URL=server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY, **extra
-    )
+from .conftest import (
+    DAILY,
+    DAILY_DATE,
+    PING_KEY,
+    SLEEPER,
+    kill_a_scheduled_run_mid_command,
+    ping_to,
+    wait_for_line,
+)
 
 
 def ran_count(project) -> int:
@@ -41,35 +31,9 @@ def today_utc() -> dt.date:
     return dt.datetime.now(dt.UTC).date()
 
 
-def wait_for_line(proc, text: str, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    seen = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        seen += line
-        if text in line:
-            return seen
-        if not line and proc.poll() is not None:
-            break
-    raise AssertionError(f"never printed {text!r}; got {seen!r}")
-
-
-def kill_a_scheduled_run_mid_command(project):
-    """A daily job killed with SIGKILL while its command runs; returns the dead process."""
-    project.add_command("t_sleep", SLEEPER)
-    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
-    (project.dir / "hang").touch()
-    victim = project.popen("run_job", "t_sleep")
-    wait_for_line(victim, "working")
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(10)
-    (project.dir / "hang").unlink()
-    return victim
-
-
 def test_two_runners_started_together_run_the_command_once_and_the_other_exits_75(project):
     project.add_command("t_sleep", SLEEPER)
-    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
+    project.write_cron("t.cron", f"{DAILY} t_sleep\n")
     a = project.popen("run_job", "t_sleep", env={"SLEEP": "5"})
     b = project.popen("run_job", "t_sleep", env={"SLEEP": "5"})
     started = time.monotonic()
@@ -129,7 +93,7 @@ def test_a_run_killed_with_sigkill_is_recorded_abandoned_and_the_next_run_comple
 def test_two_hosts_sharing_postgresql_run_a_slot_once(pg_project, tmp_path):
     project = pg_project
     project.add_command("t_sleep", SLEEPER)
-    project.write_cron("t.cron", "0 0 * * * t_sleep\n")
+    project.write_cron("t.cron", f"{DAILY} t_sleep\n")
     host_b = {"OPS_HOST": "host-b", "OPS_LOCK_DIR": tmp_path / "lock-b", "SLEEP": "4"}
     a = project.popen("run_job", "t_sleep", env={"SLEEP": "4"})
     b = project.popen("run_job", "t_sleep", env=host_b)
@@ -358,7 +322,7 @@ def test_a_skipped_slot_sends_a_log_ping(sqlite_project, ping_server):
     project = sqlite_project
     ping_to(project, ping_server)
     project.add_command("t_ok", "print('fine')")
-    project.write_cron("t.cron", "0 0 * * * t_ok\n")
+    project.write_cron("t.cron", f"{DAILY} t_ok\n")
     assert project.run_job("t_ok").returncode == 0
     assert project.run_job("t_ok").returncode == 0
     last = ping_server.log[-1][0]
@@ -377,9 +341,9 @@ def test_wait_takes_the_lock_when_the_first_run_ends(sqlite_project):
 
 
 def test_catch_up_runs_missed_days_oldest_first_with_their_own_dates(project):
-    project.write_cron("10-billing.cron", "0 0 * * * --catch-up=3 charge_daily\n")
+    project.write_cron("10-billing.cron", f"{DAILY} --catch-up=3 charge_daily\n")
     assert project.manage("seed_demo").returncode == 0
-    today = today_utc()
+    today = DAILY_DATE
     days = [today - dt.timedelta(days=n) for n in (4, 3, 2, 1, 0)]
     # The job last ran four days ago; the machine was down since.
     assert project.run_job(f"--logical-date={days[0]}", "charge_daily").returncode == 0
@@ -535,7 +499,7 @@ def test_no_secret_from_the_env_file_appears_in_output_history_or_ping_bodies(
     httpserver.expect_request("").respond_with_data("boom", status=500)
     ping_to(project, httpserver, OPS_PING_BUDGET_SECONDS=2)
     project.add_command("t_boom", "print('working'); raise RuntimeError('kaput')")
-    project.write_cron("t.cron", "0 0 * * * t_boom\n@daily --name=ok-job sleep_demo --seconds=0\n")
+    project.write_cron("t.cron", f"{DAILY} t_boom\n@daily --name=ok-job sleep_demo --seconds=0\n")
     outputs = [project.run_job("t_boom"), project.run_job("ok-job"), project.run_job("ok-job")]
     text = "".join(r.stdout + r.stderr for r in outputs)
     text += json.dumps(project.db.query("SELECT * FROM ops_jobrun"), default=str)
@@ -547,7 +511,7 @@ def test_no_secret_from_the_env_file_appears_in_output_history_or_ping_bodies(
 
 def test_a_nul_byte_in_the_output_is_recorded_and_the_slot_is_not_run_again(project):
     project.add_command("t_nul", "sys.stdout.write('before\\x00after\\n')")
-    project.write_cron("t.cron", "0 0 * * * t_nul\n")
+    project.write_cron("t.cron", f"{DAILY} t_nul\n")
     first, second = project.run_job("t_nul"), project.run_job("t_nul")
     assert first.returncode == 0, first.stderr
     assert "already done" in second.stdout
@@ -568,7 +532,7 @@ def test_a_signal_while_the_claim_waits_for_the_database_ends_it_and_never_start
     project = sqlite_project
     ping_to(project, ping_server)
     project.add_command("t_claimed", "print('the command ran')")
-    project.write_cron("t.cron", "0 0 * * * t_claimed\n")
+    project.write_cron("t.cron", f"{DAILY} t_claimed\n")
     blocker = sqlite3.connect(project.db.url.removeprefix("sqlite:///"), isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")  # run_job's claim waits on this
     try:
@@ -620,7 +584,7 @@ def test_a_run_that_cannot_start_pings_the_check_declared_in_crontab_d(sqlite_pr
     uuid = "0e8c9c4a-8c7b-4f57-9d2a-2f2b1f0a6a11"
     project.add_command("t_ok", "print('fine')")
     project.write_cron(
-        "t.cron", f"0 0 * * * --ping={uuid} t_ok\n@daily --no-ping --name=quiet t_ok\n"
+        "t.cron", f"{DAILY} --ping={uuid} t_ok\n@daily --no-ping --name=quiet t_ok\n"
     )
     _, url = _refusing()
     dead = url.replace("http://", "postgres://nobody:pw@").rstrip("/") + "/db"
@@ -632,8 +596,8 @@ def test_a_run_that_cannot_start_pings_the_check_declared_in_crontab_d(sqlite_pr
 def test_a_bad_line_in_crontab_d_stops_only_its_own_job(sqlite_project):
     project = sqlite_project
     project.add_command("t_ok", "print('fine')")
-    project.write_cron("10-good.cron", "0 0 * * * t_ok\n")
-    bad = project.write_cron("20-bad.cron", "0 0 * * * --timeout=soon --name=broken t_ok\n")
+    project.write_cron("10-good.cron", f"{DAILY} t_ok\n")
+    bad = project.write_cron("20-bad.cron", f"{DAILY} --timeout=soon --name=broken t_ok\n")
     good = project.run_job("t_ok")
     assert good.returncode == 0, good.stderr
     assert f"warning: {bad}:1: runner options" in good.stderr
@@ -660,7 +624,7 @@ def test_job_status_sees_that_a_killed_ad_hoc_run_is_dead(sqlite_project):
 def test_a_job_declared_again_on_a_broken_line_does_not_run_from_its_other_line(sqlite_project):
     project = sqlite_project
     project.add_command("t_ok", "print('fine')")
-    project.write_cron("10-good.cron", "0 0 * * * t_ok\n")
+    project.write_cron("10-good.cron", f"{DAILY} t_ok\n")
     project.write_cron("20-bad.cron", "0 4 * * * --timeout=zz t_ok\n")
     result = project.run_job("t_ok")
     assert result.returncode == 2
@@ -730,7 +694,7 @@ def test_a_command_whose_module_cannot_import_is_recorded_failed(sqlite_project)
     project.add_command("t_broken", "print('never')")
     path = project.dir / "commands/management/commands/t_broken.py"
     path.write_text("import no_such_package_here\n" + path.read_text())
-    project.write_cron("t.cron", "0 0 * * * t_broken\n")
+    project.write_cron("t.cron", f"{DAILY} t_broken\n")
     result = project.run_job("t_broken")
     assert result.returncode == 1
     assert "ModuleNotFoundError" in result.stderr

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from .conftest import PING_KEY, add_echo_args, base_env
+from .conftest import DAILY, PING_KEY, add_echo_args, base_env
 from .test_install import cron_percent, install
 
 GOOD = "0 3 * * * --no-ping echo_args hello log\n"
@@ -137,7 +137,7 @@ def test_a_run_started_with_stdout_closed_records_the_jobs_own_outcome(sqlite_pr
     self.stdout.write failed after its work was done, recorded failed, and so ran again."""
     project = sqlite_project
     project.add_command("t_says", "self.stdout.write('charged'); self.stderr.write('note')")
-    project.write_cron("t.cron", "0 0 * * * --no-ping t_says\n")
+    project.write_cron("t.cron", f"{DAILY} --no-ping t_says\n")
     command = " ".join(shlex.quote(w) for w in project.command("run_job", "t_says"))
     result = subprocess.run(
         f"{command} {closed}", shell=True, cwd=project.dir, env=base_env(), timeout=120
@@ -230,7 +230,7 @@ def test_a_job_that_closes_or_fills_its_descriptors_is_recorded_released_and_pin
         HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
     )
     project.add_command("t_close", code_text)
-    project.write_cron("t.cron", "0 0 * * * t_close\n")
+    project.write_cron("t.cron", f"{DAILY} t_close\n")
 
     exit_code, output = run_with_output(project, "a pipe", "t_close")
 
@@ -250,7 +250,7 @@ def test_the_same_jobs_with_the_runners_own_output_full_or_gone(
         HEALTHCHECKS_PING_URL=ping_server.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY
     )
     project.add_command("t_close", code_text)
-    project.write_cron("t.cron", "0 0 * * * t_close\n")
+    project.write_cron("t.cron", f"{DAILY} t_close\n")
 
     exit_code, _ = run_with_output(project, where, "t_close")
 
@@ -301,7 +301,7 @@ def test_a_ping_retried_while_the_job_has_closed_its_descriptors_never_takes_the
             f.write(os.readlink("/proc/self/fd/1") if os.path.exists("/proc/self/fd/1") else "")
         """,
     )
-    project.write_cron("t.cron", "0 0 * * * t_close\n")
+    project.write_cron("t.cron", f"{DAILY} t_close\n")
 
     result = project.run_job("--timeout=30s", "t_close")
 

@@ -8,7 +8,6 @@ then two real processes started at once.
 """
 
 import datetime as dt
-import time
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -18,7 +17,7 @@ from ops.models import JobRun, Outcome, SlotClaim
 from ops.run import claims, process, runner
 from ops.schedule import slots
 
-from .conftest import Project, copy_tree
+from .conftest import Project, copy_tree, wait_until
 
 UTC = dt.UTC
 
@@ -203,13 +202,6 @@ while not os.path.exists(os.environ["GO_FILE"]) and time.monotonic() < deadline:
 """
 
 
-def until(condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize("standby", [False, True], ids=["no standby", "standby"])
 def test_two_processes_with_two_keys_for_one_instant_execute_it_once(project, tmp_path, standby):
     """Two deployed copies (own OPS_CRONTAB_DIR, lock directory and TIME_ZONE) start at once:
@@ -227,9 +219,12 @@ def test_two_processes_with_two_keys_for_one_instant_execute_it_once(project, tm
         project.db.execute("DELETE FROM ops_slotclaim")
         both = [each.popen("run_job", *flags, "t_once") for each in (project, other)]
         if standby:
-            until(ran.exists)  # one runs; the other stands by (or has not claimed yet)
+            # one runs; the other stands by (or has not claimed yet)
+            wait_until(ran.exists, "one of the two to run the job", 60)
         else:
-            until(lambda: any(p.poll() is not None for p in both))  # the loser exits 75 at once
+            wait_until(  # the loser exits 75 at once
+                lambda: any(p.poll() is not None for p in both), "one of the two to exit", 60
+            )
         go.touch()
         results = [p.communicate(timeout=60) for p in both]
         codes = sorted(p.returncode for p in both)

@@ -18,8 +18,7 @@ from ops.run import standby
 from ops.run.runner import UsageError, standby_bound
 from ops.schedule.options import parse_run_args
 
-from .conftest import PING_KEY, Project, copy_tree
-from .test_runner import ping_to, wait_for_line
+from .conftest import DAILY, PING_KEY, Project, copy_tree, ping_to, wait_for_line
 
 # Appends to RAN_FILE, says "working", then waits for `go` in its own project directory and
 # exits with the number in `exit` there (0 without it).
@@ -40,7 +39,7 @@ print("done", flush=True)
 """
 
 
-def two_hosts(project: Project, tmp_path: Path, cron: str = "0 0 * * * --standby t_job\n"):
+def two_hosts(project: Project, tmp_path: Path, cron: str = f"{DAILY} --standby t_job\n"):
     """host-a (the fixture's copy) and host-b, both with the job; returns (a, b, ran file)."""
     ran = tmp_path / "ran.txt"
     b = Project(copy_tree(tmp_path / "host-b"), project.db, dict(project.settings))
@@ -63,11 +62,11 @@ def holder_working(a: Project) -> subprocess.Popen:
     return holder
 
 
-def still_waiting(proc: subprocess.Popen, seconds: float = 2.0) -> None:
-    """A real process, really standing by (it said so: under load a fixed pause ended before
-    it had even read the claim), and still waiting `seconds` later: not a clock to fake."""
+def still_waiting(proc: subprocess.Popen) -> None:
+    """A real process, really standing by: it said so (under load a fixed pause once ended
+    before it had even read the claim). That it waits for the holder, not a while, the
+    test shows by what it says once the holder is done."""
     wait_for_line(proc, "standing by")
-    time.sleep(seconds)
     assert proc.poll() is None, proc.communicate()
 
 
@@ -97,10 +96,10 @@ def test_a_standby_exits_0_once_the_holder_on_another_host_succeeded(project, tm
 
 def test_a_quiet_standby_says_nothing_when_the_slot_was_done_elsewhere(sqlite_project, tmp_path):
     a, b, _ = two_hosts(sqlite_project, tmp_path)
-    b.write_cron("t.cron", "0 0 * * * --standby --quiet t_job\n")
+    b.write_cron("t.cron", f"{DAILY} --standby --quiet t_job\n")
     holder = holder_working(a)
     waiting = b.popen("run_job", "t_job")
-    still_waiting(waiting, 1)
+    still_waiting(waiting)
     (a.dir / "go").touch()
     assert holder.wait(60) == 0
     out, err = waiting.communicate(timeout=60)
@@ -115,7 +114,7 @@ def test_a_standby_does_not_run_again_a_slot_whose_holder_failed(
     ping_to(b, httpserver)
     holder = holder_working(a)
     waiting = b.popen("run_job", "t_job")
-    still_waiting(waiting, 1)
+    still_waiting(waiting)
     (a.dir / "exit").write_text("3")
     (a.dir / "go").touch()
     assert holder.wait(60) == 3
@@ -132,7 +131,7 @@ def test_a_standby_runs_the_slot_when_the_holder_was_terminated(sqlite_project, 
     a, b, ran = two_hosts(sqlite_project, tmp_path)
     holder = holder_working(a)
     waiting = b.popen("run_job", "t_job")
-    still_waiting(waiting, 1)
+    still_waiting(waiting)
     holder.send_signal(signal.SIGTERM)  # host-a shutting down
     assert holder.wait(60) == 143
     out, err = waiting.communicate(timeout=60)
@@ -146,7 +145,7 @@ def test_a_standby_runs_the_slot_when_the_holder_was_terminated(sqlite_project, 
 
 
 def test_a_standby_gives_up_with_75_once_its_bound_has_passed(sqlite_project, tmp_path):
-    a, b, ran = two_hosts(sqlite_project, tmp_path, "0 0 * * * --standby=2s t_job\n")
+    a, b, ran = two_hosts(sqlite_project, tmp_path, f"{DAILY} --standby=2s t_job\n")
     holder = holder_working(a)
     started = time.monotonic()
     result = b.run_job("t_job")
@@ -162,7 +161,7 @@ def test_a_standby_gives_up_with_75_once_its_bound_has_passed(sqlite_project, tm
 
 
 def test_without_standby_a_busy_slot_still_exits_75_at_once(sqlite_project, tmp_path):
-    a, b, _ = two_hosts(sqlite_project, tmp_path, "0 0 * * * t_job\n")
+    a, b, _ = two_hosts(sqlite_project, tmp_path, f"{DAILY} t_job\n")
     holder = holder_working(a)
     result = b.run_job("t_job")
     assert result.returncode == 75, result.stdout + result.stderr
@@ -179,7 +178,7 @@ def test_sigterm_ends_a_standby_wait_at_once_and_claims_nothing(
     ping_to(b, httpserver)
     holder = holder_working(a)
     waiting = b.popen("run_job", "t_job")
-    still_waiting(waiting, 1.5)
+    still_waiting(waiting)
     started = time.monotonic()
     waiting.send_signal(signal.SIGTERM)
     out, err = waiting.communicate(timeout=30)
@@ -197,7 +196,7 @@ def test_sigterm_ends_a_standby_wait_at_once_and_claims_nothing(
 
 
 def test_ops_standby_makes_every_job_stand_by_and_no_standby_opts_one_out(sqlite_project, tmp_path):
-    cron = "0 0 * * * t_job\n0 0 * * * --no-standby --name=t-alone t_job\n"
+    cron = f"{DAILY} t_job\n{DAILY} --no-standby --name=t-alone t_job\n"
     a, b, _ = two_hosts(sqlite_project, tmp_path, cron)
     b.write_env(OPS_STANDBY="on")
     holder = holder_working(a)
@@ -206,7 +205,7 @@ def test_ops_standby_makes_every_job_stand_by_and_no_standby_opts_one_out(sqlite
     opted_out = b.run_job("t-alone")
     assert opted_out.returncode == 75, opted_out.stdout + opted_out.stderr
     waiting = b.popen("run_job", "t_job")
-    still_waiting(waiting, 1)
+    still_waiting(waiting)
     (a.dir / "go").touch()
     assert holder.wait(60) == 0 and alone.wait(60) == 0
     out, err = waiting.communicate(timeout=60)
@@ -273,7 +272,7 @@ def test_a_run_that_ends_after_its_claim_was_taken_over_is_recorded_taken_over_n
     httpserver.expect_request("").respond_with_data("OK")
     ping_to(project, httpserver)
     project.add_command("t_job", JOB)
-    project.write_cron("t.cron", "0 0 * * * t_job\n")
+    project.write_cron("t.cron", f"{DAILY} t_job\n")
     project.write_env(RAN_FILE=project.dir / "ran.txt")
     holder = holder_working(project)
     take_over_behind_its_back(project)
@@ -321,7 +320,7 @@ def test_a_job_can_ask_whether_it_still_holds_its_claim(project):
         project.add_command(name, ASKS)
         path = project.dir / f"commands/management/commands/{name}.py"
         path.write_text("import subprocess\n" + path.read_text())
-    project.write_cron("t.cron", "0 0 * * * t_ask\n")
+    project.write_cron("t.cron", f"{DAILY} t_ask\n")
     asking = project.popen("run_job", "t_ask")
     seen = wait_for_line(asking, "child ")
     [slot] = project.db.query("SELECT slot FROM ops_slotclaim")[0]
@@ -340,7 +339,7 @@ def test_a_job_can_ask_whether_it_still_holds_its_claim(project):
 
 def test_a_taken_over_run_is_neither_a_failure_nor_the_last_attempt_in_job_status(project):
     project.add_command("t_job", JOB)
-    project.write_cron("t.cron", "0 0 * * * t_job\n")
+    project.write_cron("t.cron", f"{DAILY} t_job\n")
     project.write_env(RAN_FILE=project.dir / "ran.txt")
     holder = holder_working(project)
     take_over_behind_its_back(project)

@@ -10,7 +10,6 @@ a host can be cut off from it (`ip link set … down`). Heartbeats every second.
 import os
 import signal
 import subprocess
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -18,9 +17,8 @@ import pytest
 
 from ops.run.descendants import descendants
 
-from .conftest import Project, base_env, copy_tree, require
+from .conftest import DAILY, Project, base_env, copy_tree, require, wait_for_line, wait_until
 from .netns import Network, available, inner_pid
-from .test_runner import wait_for_line
 
 HEARTBEAT = 1
 # Appends its pid to RAN_FILE, then works while the file `hold` is in its project directory
@@ -37,7 +35,7 @@ while (settings.BASE_DIR / "hold").exists() and time.monotonic() < deadline:
 time.sleep(float(os.environ.get("WORK_SECONDS", "0")))
 print("done", flush=True)
 """
-CRON = "0 0 * * * --standby t_job\n"
+CRON = f"{DAILY} --standby t_job\n"
 
 
 class Server:
@@ -129,18 +127,16 @@ def outcomes(db) -> list[str]:
     return sorted(row[1] for row in history(db))
 
 
-def wait_for(condition, timeout: float = 60, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def holding(servers, db) -> Server:
     """The server whose run holds the claim, once its command works."""
-    wait_for(lambda: len(executions(servers)) == 1, what="the first execution")
+    wait_until(lambda: len(executions(servers)) == 1, "the first execution", 60)
     [name] = executions(servers)
     return next(s for s in servers if s.name == name)
+
+
+def heartbeat(db):
+    [(at,)] = db.query("SELECT heartbeat_at FROM ops_slotclaim")
+    return at
 
 
 def claim(db) -> tuple:
@@ -181,7 +177,15 @@ def test_a_holder_killed_mid_run_is_taken_over_by_a_standby(servers):
     standbys = [s.start() for s in servers[1:]]
     for standby in standbys:  # they stand by behind a live holder (they said so)
         wait_for_line(standby.proc, "standing by", timeout=60)
-    time.sleep(2 * HEARTBEAT)
+    # and keep standing by while it heartbeats: two more beats, seen in the database
+    beats = [heartbeat(db)]
+
+    def two_more_beats():
+        if heartbeat(db) != beats[-1]:
+            beats.append(heartbeat(db))
+        return len(beats) >= 3
+
+    wait_until(two_more_beats, "the holder to heartbeat twice more", 30)
     assert all(s.proc.poll() is None for s in standbys)
     os.kill(first.pid, signal.SIGKILL)  # power cut, OOM kill: no record, no last word
     results = {s.name: s.wait() for s in standbys}

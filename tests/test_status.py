@@ -458,6 +458,7 @@ def test_a_live_run_on_another_server_with_the_same_host_name_is_running(cron_di
 
 
 @pytest.mark.django_db
+@pytest.mark.process  # a real process that has exited
 def test_a_run_whose_holder_process_is_gone_on_this_machine_is_failing_at_once(cron_dir):
     from ops.run import process
 
@@ -578,6 +579,7 @@ def test_the_json_schema_is_the_documented_one(cron_dir):
         "median_of_runs": int,
         "last_lag": (float, type(None)),
         "consecutive_failures": int,
+        "paused": (dict, type(None)),  # by, since, until, reason (tests/test_pause.py)
     }
     run_keys = {
         "id",

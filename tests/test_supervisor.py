@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from .conftest import base_env
-from .test_runner import ping_to, wait_for_line
+import pytest
+
+from .conftest import DAILY, DAILY_DATE, base_env, ping_to, wait_for_line
 
 # Says who it is and how its signals are set, then works until it is stopped.
 WHO_AM_I = """
@@ -91,7 +92,7 @@ def test_the_timeout_of_a_job_that_holds_the_gil_ends_it_on_time(sqlite_project)
     project = sqlite_project
     project.write_env(OPS_HEARTBEAT_SECONDS="1")
     project.add_command("t_gil", HOLDS_THE_GIL)
-    project.write_cron("t.cron", "0 0 * * * --timeout=4s t_gil\n")
+    project.write_cron("t.cron", f"{DAILY} --timeout=4s t_gil\n")
     started = time.monotonic()
     proc = project.popen("run_job", "--no-ping", "t_gil")
     wait_for_line(proc, "working")
@@ -142,7 +143,7 @@ def test_a_slow_commit_cut_by_the_timeout_is_recorded_timed_out_with_one_line(pg
         print("committed", flush=True)
         """,
     )
-    project.write_cron("t.cron", "0 0 * * * --name=slow-commit --timeout=2s t_commit\n")
+    project.write_cron("t.cron", f"{DAILY} --name=slow-commit --timeout=2s t_commit\n")
     result = project.run_job("--no-ping", "slow-commit")
     assert result.returncode == 124, result.stderr
     assert "committing" in result.stdout and "committed\n" not in result.stdout
@@ -156,7 +157,7 @@ def test_a_holder_killed_and_left_unreaped_frees_its_slot_at_once(sqlite_project
     time are still in /proc, and the next run said "running ...; standing by" forever."""
     project = sqlite_project
     project.add_command("t_who", WHO_AM_I)
-    project.write_cron("t.cron", "0 0 * * * t_who\n")
+    project.write_cron("t.cron", f"{DAILY} t_who\n")
     victim = project.popen("run_job", "--no-ping", "t_who")
     job = fields(wait_for_line(victim, "pid=").strip().splitlines()[-1])
     os.kill(victim.pid, signal.SIGKILL)  # this test is its parent, and does not reap it yet
@@ -196,8 +197,8 @@ def test_run_job_forks_before_it_starts_a_thread_also_when_it_catches_up(
     pings, heartbeat and output threads of its slot, and after those of the slot before."""
     project = sqlite_project
     ping_to(project, ping_server, OPS_HEARTBEAT_SECONDS="1")
-    project.write_cron("t.cron", "0 0 * * * --catch-up=3 sleep_demo --seconds=0\n")
-    first_day = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=3)
+    project.write_cron("t.cron", f"{DAILY} --catch-up=3 sleep_demo --seconds=0\n")
+    first_day = DAILY_DATE - dt.timedelta(days=3)
     by_hand = project.run_job(f"--logical-date={first_day}", "sleep_demo")
     assert by_hand.returncode == 0, by_hand.stderr
     caught_up = project.run_job("sleep_demo", env={"PYTHONWARNINGS": "always"})
@@ -206,6 +207,7 @@ def test_run_job_forks_before_it_starts_a_thread_also_when_it_catches_up(
     assert "multi-threaded" not in by_hand.stderr + caught_up.stderr
 
 
+@pytest.mark.process
 def test_call_command_from_a_thread_still_runs_the_job_in_a_child(tmp_path):
     """Signal handlers belong to the main thread: from a worker thread run_job passes no
     signals, and still forks, times out and records."""

@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 from ops.monitors.hcapi import ApiError, HealthchecksAPI
 from ops.schedule.crontabd import parse_text
 
-from .hcserver import API_KEY, CHANNELS, HealthchecksServer
+from .hcserver import API_KEY, CHANNELS, READ_KEY, HealthchecksServer
 
 assert len(API_KEY) == 32
 TAG = "cronops-shop"
@@ -344,7 +344,8 @@ def test_a_legacy_time_zone_is_compared_as_the_server_stores_it(
     code, _, err, _ = sync_with_stderr()
     assert code == 0
     assert hc.by_slug("charge_daily")["tz"] == current
-    assert err.strip().splitlines() == [
+    # (The jobs send no pings here: no ping key, and sync says so too.)
+    assert [line for line in err.splitlines() if "TIME_ZONE" in line] == [
         f"warning: TIME_ZONE {legacy!r} is a legacy name of {current!r}; healthchecks.io "
         f"stores {current!r} (set TIME_ZONE to it in your settings, "
         "or .env if they read it from there)"
@@ -406,11 +407,11 @@ def test_prune_spares_a_copy_made_in_the_web_ui_and_a_rename_stays(hc, configure
     assert code == 0
     assert charge.name == "Daily billing"
     assert copy.uuid in hc.checks
+    assert out.splitlines()[-1] == "healthchecks.io: nothing to change (4 checks up to date)"
     assert (
         f"kept         charge_daily-copy: tagged {TAG!r} but not created by this project "
         "(a copy made in the web UI?): --prune leaves it alone"
-    ) in out
-    assert out.splitlines()[-1] == "healthchecks.io: nothing to change (4 checks up to date)"
+    ) in sync("--prune", "--dry-run")[1]
     # Its own checks still go when their job does.
     (configured / "10-app.cron").write_text(CRON.replace("@reboot", "# @reboot"))
     code, out, _ = sync("--prune")
@@ -462,3 +463,138 @@ def test_a_ping_override_naming_the_jobs_own_check_keeps_it(hc, configured):
         assert code == 0, out
         assert "deleted      own" not in out and "stale" not in out, out
         assert any(c.slug == "own" for c in hc.checks.values())
+
+
+# --- the server's rules: channels, the read-only key, body filters -------------------------
+
+
+@pytest.mark.parametrize("where", ["setting", "environment"])
+def test_an_empty_channels_setting_creates_checks_with_no_integrations(
+    hc, configured, settings, monkeypatch, where
+):
+    # HEALTHCHECKS_CHANNELS="" is documented as "none": the server takes "" as no channels.
+    if where == "setting":
+        settings.HEALTHCHECKS_CHANNELS = ""
+    else:
+        del settings.HEALTHCHECKS_CHANNELS
+        monkeypatch.setenv("HEALTHCHECKS_CHANNELS", "")
+    code, out, _ = sync()
+    assert code == 0
+    assert hc.writes()[0][2]["channels"] == ""
+    assert {tuple(c.channels) for c in hc.checks.values()} == {()}
+    created = "created      charge_daily: cron '0 3 * * *' Europe/Moscow, grace 30m, no channels"
+    assert created in out
+
+
+def test_an_unset_channels_setting_means_every_integration(hc, configured, settings, monkeypatch):
+    del settings.HEALTHCHECKS_CHANNELS
+    monkeypatch.delenv("HEALTHCHECKS_CHANNELS", raising=False)
+    sync()
+    assert {tuple(c.channels) for c in hc.checks.values()} == {tuple(CHANNELS)}
+
+
+def test_a_channel_the_server_does_not_know_is_its_400(hc, configured, settings):
+    settings.HEALTHCHECKS_CHANNELS = f"{CHANNELS[0]},nope"
+    code, _, error = sync()
+    assert code == 1
+    assert error.endswith("400 rejected: invalid channel identifier: nope")
+    assert hc.checks == {}
+
+
+def test_a_read_only_key_is_refused_in_one_line_before_anything_is_changed(
+    hc, configured, settings
+):
+    sync()
+    # An update, and a check --prune would delete: neither may happen.
+    changed = CRON.replace("--timeout=30m", "--timeout=45m").replace("@reboot", "# @reboot")
+    (configured / "10-app.cron").write_text(changed)
+    settings.HEALTHCHECKS_API_KEY = READ_KEY
+    writes = len(hc.writes())
+    for args in ((), ("--prune",), ("--dry-run",)):
+        code, out, error = sync(*args)
+        assert code == 1
+        assert error == (
+            "healthchecks.io: HEALTHCHECKS_API_KEY is the project's read-only API key: "
+            "sync_healthchecks needs its read-write key (Project Settings → API Access); "
+            "nothing was changed"
+        )
+        assert out == ""
+    assert len(hc.writes()) == writes
+    assert READ_KEY not in error
+
+
+def test_a_read_only_key_of_a_project_without_checks_is_refused_too(hc, configured, settings):
+    settings.HEALTHCHECKS_API_KEY = READ_KEY
+    code, out, error = sync()
+    assert code == 1
+    assert "is the project's read-only API key" in error
+    assert hc.writes() == [] and out == ""
+
+
+def test_a_check_filtering_by_body_is_named_with_what_the_filter_does(hc, configured):
+    sync()
+    charge = hc.check("charge_daily")
+    charge.name = "Daily billing"
+    charge.filter_http_body, charge.success_kw, charge.failure_kw = True, "SUCCESS", "ERROR"
+    tick = hc.check("tick")
+    tick.filter_http_body, tick.filter_default_fail = True, True
+    code, out, err, _ = sync_with_stderr()
+    assert code == 0
+    assert out.strip() == "healthchecks.io: nothing to change (4 checks up to date)"
+    lines = [line for line in err.splitlines() if line.startswith("warning: check ")]
+    advice = (
+        ". Turn keyword filtering of HTTP bodies off in the check's Filtering Rules (or set "
+        "filter_http_body to false through the API) to keep the exit status authoritative"
+    )
+    assert lines[0] == (
+        "warning: check 'Daily billing' (charge_daily) filters by HTTP body: a ping's body "
+        "decides what it is, not its exit status ('ERROR' → failure; 'SUCCESS' → success; "
+        "anything else → ignored): a failed run whose output has 'SUCCESS' counts as a "
+        "success; a run whose output has no keyword changes nothing (a failure never alerts, "
+        "a success never counts); the empty /start is ignored (no duration); only the end of "
+        "the output is sent: a keyword printed before it is cut away" + advice
+    )
+    assert lines[1] == (
+        "warning: check 'tick' (tick) filters by HTTP body: a ping's body decides what it is, "
+        "not its exit status (no keyword is set: every ping → failure): the empty /start is a "
+        "failure, so every run alerts" + advice
+    )
+    assert len(lines) == 2
+
+
+# --- what sync prints ---------------------------------------------------------------------
+
+
+def test_prune_names_a_kept_copy_only_when_asked(hc, configured):
+    sync()
+    hc.copy(hc.check("charge_daily"))
+    code, out, _ = sync("--prune")
+    assert code == 0
+    assert out.strip() == "healthchecks.io: nothing to change (4 checks up to date)"
+    code, out, _ = sync("--prune", "--dry-run")
+    assert "kept         charge_daily-copy" in out
+    out = io.StringIO()
+    call_command("sync_healthchecks", "--prune", verbosity=2, stdout=out)
+    assert "kept         charge_daily-copy" in out.getvalue()
+
+
+def test_the_stale_check_of_a_job_with_no_ping_says_why_it_is_stale(hc, configured):
+    (configured / "20-quiet.cron").write_text("0 6 * * * --name=metrics sleep_demo --seconds=0\n")
+    sync()
+    (configured / "20-quiet.cron").write_text(
+        "0 6 * * * --name=metrics --no-ping sleep_demo --seconds=0\n"
+    )
+    code, out, _ = sync()
+    assert code == 0
+    assert (
+        f"stale        metrics: tagged {TAG!r}, its job pings no check (--no-ping) "
+        "(--prune deletes it)"
+    ) in out
+    other = hc.add(slug="elsewhere")
+    (configured / "20-quiet.cron").write_text(
+        f"0 6 * * * --name=metrics --ping={other.uuid} sleep_demo --seconds=0\n"
+    )
+    assert (
+        f"stale        metrics: tagged {TAG!r}, its job pings another check (--ping) "
+        "(--prune deletes it)"
+    ) in sync()[1]

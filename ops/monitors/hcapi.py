@@ -95,6 +95,15 @@ class HealthchecksAPI:
         _, body = self._request("GET", "checks/", what, params=params)
         return list(body.get("checks", []))
 
+    def can_write(self) -> bool:
+        """Whether the key may change checks, asked without changing any: the integrations'
+        list takes the read-write key only (the read-only one gets 401)."""
+        try:
+            self._request("GET", "channels/", "listing integrations")
+        except ApiError as exc:
+            return exc.status != 401  # anything else: the writes will say what it is
+        return True
+
     def upsert(self, spec: dict) -> tuple[bool, dict]:
         """Create or update the check with `spec["slug"]`: (created, the check as stored)."""
         payload = {k: v for k, v in spec.items() if v is not None}  # the API rejects nulls
@@ -106,6 +115,41 @@ class HealthchecksAPI:
 
     def delete(self, uuid: str, slug: str) -> None:
         self._request("DELETE", f"checks/{uuid}", f"deleting check {slug!r}")
+
+    # --- the calls job_pause and job_resume make (ops/monitors/hcpause.py) ------------------------
+
+    def get_check(self, uuid: str) -> dict:
+        return self._request("GET", f"checks/{uuid}", f"reading check {uuid}")[1]
+
+    def checks_with_slug(self, slug: str) -> list[dict]:
+        _, body = self._request("GET", "checks/", f"listing checks {slug!r}", params={"slug": slug})
+        return [c for c in body.get("checks", []) if c.get("slug") == slug]
+
+    def update(self, uuid: str, fields: dict, slug: str) -> dict:
+        return self._request("POST", f"checks/{uuid}", f"updating check {slug!r}", json=fields)[1]
+
+    def pause(self, uuid: str, slug: str) -> dict:
+        return self._request("POST", f"checks/{uuid}/pause", f"pausing check {slug!r}")[1]
+
+    def resume(self, uuid: str, slug: str) -> dict | None:
+        """The check, resumed (`new`); None when it was not paused (the server's 409)."""
+        try:
+            return self._request("POST", f"checks/{uuid}/resume", f"resuming check {slug!r}")[1]
+        except ApiError as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+
+READ_ONLY = (
+    "HEALTHCHECKS_API_KEY is the project's read-only API key: sync_healthchecks needs its "
+    "read-write key (Project Settings → API Access); nothing was changed"
+)
+
+
+def read_only_listing(checks: list[dict]) -> bool:
+    """A listing made with the read-only key: `unique_key` instead of a UUID and its URLs."""
+    return any("unique_key" in c and not check_uuid(c) for c in checks)
 
 
 def check_uuid(check: dict) -> str | None:

@@ -12,9 +12,9 @@ The plan is computed from crontab.d and the checks the API lists, then applied w
   the check's other tags plus the project tag (OPS_HC_TAG, default
   `cronops-<project directory name>`); `methods` = `POST` (cronops pings with POST, so a link
   preview or a crawler fetching a ping URL is not a success);
-- `name` = the job name and `channels` = HEALTHCHECKS_CHANNELS (default `*`, all) when the
-  check is created; an existing check's name and channels are never touched (a rename in the
-  web UI stays).
+- `name` = the job name and `channels` = HEALTHCHECKS_CHANNELS (default `*`, all; `""`
+  none) when the check is created; an existing check's name and channels are never touched
+  (a rename in the web UI stays).
 
 A check is "this project's" when it carries the project tag and its desc's marker names its own
 slug: sync created it, or adopted it by slug. The web UI's "Create a Copy" keeps tags and desc
@@ -36,7 +36,7 @@ from .. import conf
 from ..schedule.crontabd import Job, Schedule
 from ..schedule.durations import format_duration
 from ..schedule.tznames import current_name, same_zone
-from .hcapi import HealthchecksAPI, check_uuid
+from .hcapi import ApiError, HealthchecksAPI, check_uuid
 from .status import grace_seconds
 
 MAX_SECONDS = 31_536_000  # the API's limit for timeout and grace
@@ -115,6 +115,9 @@ class Change:
     spec: dict = field(default_factory=dict)
     diff: list[str] = field(default_factory=list)
     uuid: str | None = None
+    check: dict | None = None  # the job's check as listed, then as the API stored it
+    job: Job | None = None
+    armed: bool = False  # sent (or, in a dry run, would send) the arming ping
 
     @property
     def writes(self) -> bool:
@@ -184,10 +187,17 @@ def plan(
             by_slug.setdefault(check["slug"], []).append(check)
     changes: list[Change] = []
     wanted = set()
+    elsewhere: dict[str, str] = {}  # job: why its check is stale although the job is there
     for job in schedule.jobs:
         matches = by_slug.get(job.name, [])
         if not pings_its_slug(job, matches):
-            continue  # never pings its slug's check: such a check could only go down
+            # Never pings its slug's check: such a check could only go down.
+            elsewhere[job.name] = (
+                "its job pings no check (--no-ping)"
+                if job.options.no_ping
+                else "its job pings another check (--ping)"
+            )
+            continue
         wanted.add(job.name)
         spec = desired_spec(job, tz=tz, tag=tag)
         if len(matches) > 1:
@@ -197,12 +207,14 @@ def plan(
         if not matches:
             spec["channels"] = channels
             kind = f"cron {spec['schedule']!r} {spec['tz']}" if "schedule" in spec else "simple"
+            shown = f"channels {channels!r}" if channels else "no channels"
             changes.append(
                 Change(
                     "create",
                     job.name,
                     spec,
-                    [f"{kind}, grace {format_duration(spec['grace'])}, channels {channels!r}"],
+                    [f"{kind}, grace {format_duration(spec['grace'])}, {shown}"],
+                    job=job,
                 )
             )
             continue
@@ -211,14 +223,15 @@ def plan(
         spec["tags"] = _merge_tags(current.get("tags") or "", tag)
         diff = diff_check(spec, current)
         action = "update" if diff else "unchanged"
-        changes.append(Change(action, job.name, spec, diff, check_uuid(current)))
+        changes.append(Change(action, job.name, spec, diff, check_uuid(current), current, job))
     for slug in sorted(by_slug):
         if slug in wanted:
             continue
         for check in by_slug[slug]:
             if is_ours(check, tag):
                 action = "delete" if prune else "stale"
-                changes.append(Change(action, slug, {}, [], check_uuid(check)))
+                why = [elsewhere[slug]] if slug in elsewhere else []
+                changes.append(Change(action, slug, {}, why, check_uuid(check)))
             elif prune and tag in (check.get("tags") or "").split():
                 changes.append(Change("kept", slug, {}, [], check_uuid(check)))
     return changes
@@ -230,12 +243,13 @@ def apply(api: HealthchecksAPI, changes: list[Change]) -> None:
         if change.action in ("create", "update"):
             created, stored = api.upsert(change.spec)
             change.uuid = check_uuid(stored) or change.uuid
+            change.check = stored
             if created and change.action == "update":
                 change.action = "create"
         elif change.action == "delete":
-            # uuid is None only for a check listed with neither `uuid` nor `update_url` (a
-            # read-only key's listing): left as it was, the DELETE then fails with an ApiError.
-            api.delete(change.uuid, change.slug)  # type: ignore[arg-type]
+            if change.uuid is None:  # never `checks/None`: the command refuses such listings
+                raise ApiError(f"deleting check {change.slug!r}: the listing gave no UUID")
+            api.delete(change.uuid, change.slug)
 
 
 def describe(change: Change, tag: str, dry_run: bool) -> str:
@@ -245,7 +259,8 @@ def describe(change: Change, tag: str, dry_run: bool) -> str:
         "delete": "would delete" if dry_run else "deleted",
     }
     if change.action == "stale":
-        return f"{'stale':<12} {change.slug}: tagged {tag!r}, not in crontab.d (--prune deletes it)"
+        why = change.diff[0] if change.diff else "not in crontab.d"
+        return f"{'stale':<12} {change.slug}: tagged {tag!r}, {why} (--prune deletes it)"
     if change.action == "duplicate":
         return (
             f"{'duplicate':<12} {change.slug}: checks {change.diff[0]} share this slug (pings get "
@@ -257,14 +272,21 @@ def describe(change: Change, tag: str, dry_run: bool) -> str:
             "made in the web UI?): --prune leaves it alone"
         )
     if change.action == "delete":
-        return f"{verbs['delete']:<12} {change.slug}: tagged {tag!r}, no such job in crontab.d"
+        why = change.diff[0] if change.diff else "no such job in crontab.d"
+        return f"{verbs['delete']:<12} {change.slug}: tagged {tag!r}, {why}"
     return f"{verbs[change.action]:<12} {change.slug}: {'; '.join(change.diff)}"
+
+
+def describe_arming(change: Change, when: str, dry_run: bool) -> str:
+    verb = "would arm" if dry_run else "armed"
+    return f"{verb:<12} {change.slug}: alerts at {when} if no run has pinged by then"
 
 
 def summary(changes: list[Change], dry_run: bool) -> str:
     count = {a: sum(1 for c in changes if c.action == a) for a in ("create", "update", "delete")}
-    unchanged = sum(1 for c in changes if c.action == "unchanged")
-    if not any(count.values()):
+    armed = sum(1 for c in changes if c.armed)
+    unchanged = sum(1 for c in changes if c.action == "unchanged" and not c.armed)
+    if not any(count.values()) and not armed:
         return f"healthchecks.io: nothing to change ({unchanged} checks up to date)"
     parts = [
         f"{n} {word}"
@@ -272,6 +294,7 @@ def summary(changes: list[Change], dry_run: bool) -> str:
             (count["create"], "to create" if dry_run else "created"),
             (count["update"], "to update" if dry_run else "updated"),
             (count["delete"], "to delete" if dry_run else "deleted"),
+            (armed, "to arm" if dry_run else "armed"),
         )
         if n
     ]

@@ -72,6 +72,16 @@ GAUGES: tuple[tuple[str, str, Callable[[JobStatus], float | None]], ...] = (
         "The job's next scheduled fire time (Unix time); absent without a schedule.",
         lambda s: _timestamp(s.next_fire),
     ),
+    (
+        "paused_since_timestamp_seconds",
+        "When the job's pause began (Unix time); absent unless it is paused.",
+        lambda s: _timestamp(s.pause.since) if s.pause else None,
+    ),
+    (
+        "paused_until_timestamp_seconds",
+        "When the job's pause ends by itself (Unix time); absent without --until.",
+        lambda s: _timestamp(s.pause.until) if s.pause else None,
+    ),
 )
 
 
@@ -112,6 +122,19 @@ def render(report: Report) -> str:
             if value is not None:
                 samples.append((f'{LABEL}="{_label(s.job)}"', value))
         lines += _family(PREFIX + suffix, help_text, samples)
+    lines += _family(
+        PREFIX + "paused",
+        "1 while the job is paused, labelled with who paused it and why; absent otherwise.",
+        (
+            (
+                f'{LABEL}="{_label(s.job)}",paused_by="{_label(s.pause.paused_by)}",'
+                f'reason="{_label(s.pause.reason)}"',
+                1,
+            )
+            for s in jobs
+            if s.pause is not None
+        ),
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -5,10 +5,15 @@ resolution included) ends by its deadline, and nothing here raises. URLs carry t
 ping key, so they are never printed: messages name the job, the check's slug and the kind of
 ping only.
 
-Order within a run: a `/start` never reaches the server after the run's final ping. When the
-job ends while its start is still connecting, retrying or waiting for an answer, the final ping
-waits for it (half the budget at most), then cancels it: a start not yet sent is never sent,
-and the connection of one that was sent is shut, so a server still holding it drops it.
+Order within a run: the server pairs a `/start` with its final ping by `rid`, in the order it
+acts on them, and a start acted on after the success leaves the check "started" (down one
+grace later). So a start is never sent once the final ping is going out, and a start that was
+sent is never given up while the job runs (a request an intermediary holds can be delivered
+after its client went away: given up early, it would be delivered late) nor sent twice.
+When the job ends with its start unanswered, the final ping waits for it (half the budget at
+most), then abandons it: its connection is half-closed, so an intermediary that drops requests
+whose client went away drops it. One that delivers it anyway answers it, late: the final ping
+is then sent again (same rid, within the budget), which closes the run the start reopened.
 """
 
 import http.client
@@ -42,6 +47,15 @@ class ResolveTimeout(TimeoutError):
 
 class Cancelled(Exception):
     """A start ping given up because the run's final ping is going out."""
+
+
+class Unanswered(Exception):
+    """The request went out, and no answer came (timeout, connection lost): unlike a request
+    never sent, the server may have it, or get it later."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -126,8 +140,10 @@ class Pinger:
         self.body_limit: int | None = None
         self._start_thread: threading.Thread | None = None
         self._gate = threading.Lock()  # held while a start is being sent
-        self._finishing = False
-        self._start_sock: socket.socket | None = None
+        self._finishing = False  # no start is sent from now on
+        self._final_out = False  # the final ping is going out
+        self._start_late = False  # the start was answered after the final ping went out
+        self._start_sock: socket.socket | None = None  # a start sent and not answered yet
         self._problems: list[tuple[str, str]] = []  # (kind of ping, why), reported once
 
     @property
@@ -180,15 +196,26 @@ class Pinger:
             safe_head, safe_body = ascii_safe(head), ascii_safe(body)
             return cut_body(safe_head, safe_body, len(payload), written=written, cut=cut)
 
-        ok = self._send(
-            kind or ("success" if exit_code == 0 else "failure"),
-            suffix,
-            payload,
-            deadline,
-            escaped,
-        )
+        name = kind or ("success" if exit_code == 0 else "failure")
+        with self._gate:
+            self._final_out = True
+        ok = self._send(name, suffix, payload, deadline, escaped)
+        if ok and kind != "log" and self._start_landed_late(deadline):
+            # The server acted on the start after the final ping: the run it reopened goes
+            # down one grace later unless the same final ping closes it again.
+            ok = self._send(name, suffix, payload, deadline, escaped)
+        self._wake_start()
         self._report()
         return ok
+
+    def arm(self, body: bytes) -> str:
+        """One success ping that is not a run (sync_healthchecks arming a new check): "" when
+        the server took it, else why not, in a few words."""
+        if not self.enabled:
+            return "no ping URL"
+        ok = self._send("arming", "", body, time.monotonic() + self.config.budget)
+        problems, self._problems = self._problems, []
+        return "" if ok and not problems else "; ".join(why for _, why in problems)
 
     def log(self, message: str) -> bool:
         if not self.enabled:
@@ -200,18 +227,40 @@ class Pinger:
         return ok
 
     def _end_start(self, wait: float) -> None:
-        """Wait up to `wait` seconds for the start ping, then make sure it never lands later."""
+        """Wait up to `wait` seconds for the start ping, then send no more of it and abandon
+        one still unanswered."""
         if self._start_thread is None:
             return
         self._start_thread.join(max(0.0, wait))
         with self._gate:  # a start being written finishes writing; none begins after this
             self._finishing = True
-            sock = self._start_sock
-        if sock is not None:
+            # Tells a server or intermediary still holding the request that its client went
+            # away; the read side stays open, for an answer that comes anyway.
+            self._shut_start(socket.SHUT_WR)
+
+    def _start_landed_late(self, deadline: float) -> bool:
+        """After the final ping: wait (until `deadline`) for a start abandoned unanswered;
+        True when the server answered it after the final ping went out."""
+        with self._gate:
+            waiting = self._start_sock is not None
+        if waiting and self._start_thread is not None:
+            self._start_thread.join(max(0.0, deadline - time.monotonic() - MARGIN))
+        with self._gate:
+            return self._start_late
+
+    def _wake_start(self) -> None:
+        """End a start's wait for its answer: the run's pings are done."""
+        with self._gate:
+            self._shut_start(socket.SHUT_RDWR)
+
+    def _shut_start(self, how: int) -> None:
+        """Shut the unanswered start's connection (`how`); with the gate held, so that the
+        start thread cannot close it meanwhile (its descriptor could be another's by then).
+        The plain socket's shutdown, also under TLS: SSLSocket's drops its TLS state, and an
+        answer that still comes could not be read."""
+        if self._start_sock is not None:
             try:
-                # Wakes the start thread, and tells a server still holding the request that
-                # its client went away.
-                sock.shutdown(socket.SHUT_RDWR)
+                socket.socket.shutdown(self._start_sock, how)
             except OSError:
                 pass
 
@@ -239,6 +288,12 @@ class Pinger:
                 )
             except Cancelled:
                 return False
+            except Unanswered as exc:
+                if kind == "start" and self._finishing:
+                    return False  # abandoned on purpose by the final ping
+                reason = exc.reason
+                if kind == "start":
+                    break  # it may still be delivered: a second one would only land later
             except (OSError, ValueError, http.client.HTTPException) as exc:
                 if kind == "start" and self._finishing:
                     return False  # cut short on purpose by the final ping
@@ -248,6 +303,11 @@ class Pinger:
                 limit = headers.get("Ping-Body-Limit", "")
                 if limit.isdigit():
                     self.body_limit = int(limit)
+                if kind == "start":
+                    with self._gate:
+                        self._start_late = status in (200, 201) and self._final_out
+                        if self._finishing:
+                            return False  # abandoned: its answer only says when it landed
                 if status in (200, 201):
                     if text not in ("OK", "Created"):
                         # Hosted UUID pings answer 200 even when dropped: say why.
@@ -286,11 +346,15 @@ class Pinger:
                     if self._finishing:
                         raise Cancelled
                     self._start_sock = conn.sock
-                    conn.request("POST", path, body=body, headers=headers)
+                    written(conn.request, "POST", path, body=body, headers=headers)
+                # Never given up while the job runs: an intermediary holding it could still
+                # deliver it after we left, later than the final ping. `_wake_start` ends the
+                # wait.
+                conn.sock.settimeout(None)
             else:
-                conn.request("POST", path, body=body, headers=headers)
-            response = conn.getresponse()
-            text = response.read(200).decode("utf-8", "replace").strip()[:60]
+                written(conn.request, "POST", path, body=body, headers=headers)
+            response = written(conn.getresponse)
+            text = written(response.read, 200).decode("utf-8", "replace").strip()[:60]
             return response.status, response.headers, text
         finally:
             if start:
@@ -335,6 +399,14 @@ class Pinger:
         if reason.startswith("answered "):
             return f"{what} {reason}"
         return f"{what} failed ({reason}); the job's outcome is unchanged"
+
+
+def written(call: Callable, *args, **kwargs):
+    """`call(...)` once the request has started going out: a failure is Unanswered."""
+    try:
+        return call(*args, **kwargs)
+    except (OSError, http.client.HTTPException) as exc:
+        raise Unanswered(type(exc).__name__) from None
 
 
 def resolve(host: str, port: int, timeout: float) -> list[tuple]:

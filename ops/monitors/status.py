@@ -19,6 +19,10 @@ States, in order of precedence (the first that applies wins):
   succeeded or the last success served S or a later slot (or, unslotted, started at or after S).
 - ``ok``: otherwise.
 
+A paused job (ops/control/pauses.py) is ``paused`` whatever the above says, unless a run is
+still going (``running``, its reason naming the pause); a due slot whose fire time fell within
+a pause is not overdue.
+
 Grace is the job's ``--timeout`` when it has one, else ``OPS_DEFAULT_GRACE`` (default 1 hour),
 and never less than 60 s: the same figure sync_healthchecks gives healthchecks.io.
 """
@@ -33,15 +37,17 @@ from django.db import connection
 from django.db.models import Count, Q
 
 from .. import conf
-from ..models import JobRun, Outcome, SlotClaim
+from ..control import pauses
+from ..models import JobPause, JobRun, Outcome, SlotClaim
 from ..run import claims
 from ..schedule.crontabd import Job, Schedule
 from ..schedule.durations import human_duration
 from ..schedule.slots import Slot, current_slot, next_fire, wall_clock
 
 OK, RUNNING, FAILING, OVERDUE, NEVER_RUN = "ok", "running", "failing", "overdue", "never run"
-STATES = (OK, RUNNING, FAILING, OVERDUE, NEVER_RUN)
-HEALTHY = {OK, RUNNING}
+PAUSED = "paused"
+STATES = (OK, RUNNING, FAILING, OVERDUE, NEVER_RUN, PAUSED)
+HEALTHY = {OK, RUNNING, PAUSED}
 FAILURES = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED)
 # Not attempts of the job: a skip did nothing, and a run taken over (frozen or cut off from the
 # database past 3 heartbeats) is not its slot's outcome: the run that took it over has that.
@@ -100,6 +106,8 @@ class JobStatus:
     consecutive_failures: int = 0
     running_since: dt.datetime | None = None
     due_slot_key: str | None = None  # its claim key ("2026-11-29", "2026-11-29 03:15+01:00")
+    due_at: dt.datetime | None = None  # its instant
+    pause: JobPause | None = None  # the job's pause, while it lasts
 
     @property
     def healthy(self) -> bool:
@@ -438,10 +446,10 @@ def _job_status(
 
     if due is not None:
         status.due_slot = wall_clock(due, tz)
-        status.due_slot_key = due.key
+        status.due_slot_key, status.due_at = due.key, due.at
     latest = status.last_run
     if latest is None:
-        status.state, status.reason = NEVER_RUN, "no run in the history"
+        status.state, status.reason = NEVER_RUN, "no run in the history" + _armed_note(job, now, tz)
         return status
     if latest.outcome == Outcome.RUNNING:
         if _alive(latest, claim, job, now, heartbeat):
@@ -476,6 +484,22 @@ def _job_status(
     return status
 
 
+def _armed_note(job: Job | None, now: dt.datetime, tz: ZoneInfo) -> str:
+    """What healthchecks.io does about a job that never ran, when the job pings its check."""
+    if job is None or not job.cron_expr or job.options.no_ping:
+        return ""
+    if not (job.options.ping or conf.ping_key()):
+        return ""  # no pings: healthchecks.io hears nothing of the job
+    # The server's rule once a check is armed (ops/monitors/hcarm.py): the first fire time
+    # after its last ping, plus the grace, in UTC.
+    first = next_fire(job.cron_expr, now, tz).astimezone(dt.UTC)
+    alert = first + dt.timedelta(seconds=grace_seconds(job))
+    return (
+        "; once sync_healthchecks has armed its healthchecks.io check, a slot that passes "
+        f"without a run alerts one grace later (the next: {fmt_time(alert, tz)})"
+    )
+
+
 class UnknownJob(LookupError):
     pass
 
@@ -506,4 +530,32 @@ def collect(
         report.jobs += job_statuses(
             [(name, declared.get(name)) for name in chunk], now=now, tz=tz, heartbeat=heartbeat
         )
+    _paused(report)
     return report
+
+
+def _paused(report: Report) -> None:
+    """Pauses, in one query: a paused job is `paused` (a run still going stays `running`, its
+    reason naming the pause); an overdue job whose due slot fell within a pause is `ok`."""
+    late = [s.due_at for s in report.jobs if s.state == OVERDUE and s.due_at is not None]
+    found = JobPause.objects.filter(job__in=[s.job for s in report.jobs])
+    found = found.filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=min(late)) if late else Q(ended_at__isnull=True)
+    )
+    spans: dict[str, list] = {}
+    for pause in found.order_by("since"):
+        spans.setdefault(pause.job, []).append(pause)
+    for s in report.jobs:
+        mine = spans.get(s.job, [])
+        current = next((p for p in mine if pauses.is_active(p, report.now)), None)
+        if current is not None:
+            s.pause = current
+            text = pauses.describe(current, report.tz)
+            if s.state == RUNNING:
+                s.reason += f"; paused {text}"
+            else:
+                s.state, s.reason = PAUSED, text
+        elif s.state == OVERDUE and pauses.within(
+            s.due_at, [(p.since, pauses.end_of(p)) for p in mine]
+        ):
+            s.state, s.reason = OK, f"its due slot {s.due_slot} was paused"

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 from ..models import JobRun
 from ..schedule.durations import human_duration
-from .status import Report, fmt_time
+from .status import JobStatus, Report, fmt_time
 
 SCHEMA_VERSION = 1
 
@@ -31,6 +31,18 @@ def _run_json(run: JobRun | None, tz: ZoneInfo) -> dict | None:
         "lag": run.lag,
         "host": run.host,
         "note": run.note,
+    }
+
+
+def _pause_json(s: JobStatus, tz: ZoneInfo) -> dict | None:
+    pause = s.pause
+    if pause is None:
+        return None
+    return {
+        "by": pause.paused_by,
+        "since": _iso(pause.since, tz),
+        "until": _iso(pause.until, tz),
+        "reason": pause.reason,
     }
 
 
@@ -60,6 +72,7 @@ def to_json(report: Report) -> dict:
                 "median_of_runs": s.median_runs,
                 "last_lag": s.last_lag,
                 "consecutive_failures": s.consecutive_failures,
+                "paused": _pause_json(s, tz),
             }
             for s in report.jobs
         ],

@@ -190,13 +190,13 @@ class Tee:
             self._threads.append(thread)
 
     def _pump(self, source: int, target: int) -> None:
+        # Only a failed read ends the loop: closing the pipe early would kill the job with
+        # EPIPE for a problem of run_job's (a full spool, a full log).
         try:
-            while chunk := os.read(source, CHUNK):
+            while chunk := _read(source):
                 self.tail.write(chunk)
                 if not self._spooled(chunk):
                     self._count_loss(*_write_all(target, chunk))
-        except OSError:
-            pass
         finally:
             os.close(source)
 
@@ -216,7 +216,10 @@ class Tee:
                     f"--quiet could not spool the output ({exc.strerror or exc}): the output "
                     "after that passed through"
                 )
-                self._spool.close()
+                # Closing flushes what the buffer holds, onto the same full disk: it raises
+                # again, and the file is closed all the same.
+                with contextlib.suppress(OSError):
+                    self._spool.close()
                 return False
 
     def join(self, timeout: float) -> None:
@@ -255,8 +258,16 @@ class Tee:
 
     def close(self) -> None:
         if self._spool is not None:
-            with self._spool_lock:
+            with self._spool_lock, contextlib.suppress(OSError):
                 self._spool.close()
+
+
+def _read(source: int) -> bytes:
+    """The next chunk of a pipe, or b"" at its end (or when it cannot be read)."""
+    try:
+        return os.read(source, CHUNK)
+    except OSError:
+        return b""
 
 
 def _flush() -> None:

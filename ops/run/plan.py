@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.management import get_commands
 from django.utils import timezone
 
+from ..control import pauses
 from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
 from ..schedule.options import OptionsError, RunOptions, merge, parse_run_args, shown
 from ..schedule.slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
@@ -191,6 +192,7 @@ def plan_slots(plan: Plan, now: dt.datetime, tz: ZoneInfo) -> list[Slot | None]:
                 expr, slot, opts.catch_up, tz, after=floor.latest_success, since=floor.first
             )
             done = claims.done_keys(plan.name, earlier)
+            done |= pauses.paused_keys(plan.name, [s for s in earlier if s.key not in done])
             slots = [*(s for s in earlier if s.key not in done), slot]
     return slots
 

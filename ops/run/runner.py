@@ -18,6 +18,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
 from .. import conf
+from ..control import actions, pauses
 from ..models import JobRun, Outcome
 from ..monitors.pings import PingConfig, Pinger
 from ..monitors.redact import Redactor
@@ -82,6 +83,7 @@ class Runner:
         self.standby = standby_bound(plan.options, self.heartbeat)
         self.standby_deadline = time.monotonic() + (self.standby or 0)
         self.claim_wait = ""  # what the claim step waits for, once it waits (claimstep.py)
+        self.action = actions.from_environment()  # started from the jobs page (who, and why)
 
     def pinger(self, enabled: bool = True) -> Pinger:
         return Pinger(
@@ -108,7 +110,7 @@ class Runner:
     ) -> int:
         now = timezone.now()
         try:
-            self.write(
+            run = self.write(
                 lambda: claims.new_run(
                     self.plan.name,
                     slot,
@@ -123,6 +125,7 @@ class Runner:
                     duration=0.0,
                 )
             )
+            self.write(lambda: actions.attach(self.action, run))
         except patience.Locked as locked:
             say(f"error: job {self.plan.name}: {locked}: this skip is not recorded", self.stderr)
         if exit_code or not self.opts.quiet:
@@ -160,6 +163,9 @@ class Runner:
 
     def run(self) -> int:
         now = timezone.now()
+        paused = pauses.at_fire(self, now)  # a paused job runs nothing (ops/control/pauses.py)
+        if paused is not None:
+            return paused
         lock = JobLock(
             conf.lock_dir(),
             self.plan.name,
@@ -240,6 +246,10 @@ class Runner:
         return self.execute_run(run, slot, catch_up=catch_up)
 
     def execute_run(self, run: JobRun, slot: Slot | None, catch_up: bool = False) -> int:
+        try:
+            self.write(lambda: actions.attach(self.action, run))
+        except patience.Locked as locked:  # who started it goes unsaid; the run goes on
+            say(f"job {self.plan.name}: {locked}: the run's starter is not recorded", self.stderr)
         pinger = self.pinger(enabled=not catch_up)
         run.rid = pinger.rid
         # The history and the admin show the command line: a secret passed as an argument is not

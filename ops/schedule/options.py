@@ -81,6 +81,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _cut_word(match: re.Match) -> str:
     word = match.group(0)
+    if word.endswith("…") and len(word) <= 4 * SHOWN_MAX:
+        return word  # cut by `shown` already (quoted, escapes spelled out), its length follows
     return f"{word[:SHOWN_MAX]}… ({len(word)} characters)"
 
 

@@ -8,39 +8,43 @@ are not treated as legacy: they link into `Etc/`, and the server keeps them as w
 """
 
 import functools
-import importlib.resources
 import zoneinfo
 from pathlib import Path
 
 
+@functools.cache
 def _tzdata_zi() -> str:
     for directory in zoneinfo.TZPATH:
         path = Path(directory) / "tzdata.zi"
         if path.is_file():
             return path.read_text()
+    import importlib.resources  # only without a system tzdata: its import is costly
+
     try:
         return (importlib.resources.files("tzdata.zoneinfo") / "tzdata.zi").read_text()
     except (ModuleNotFoundError, FileNotFoundError):
         return ""
 
 
-@functools.cache
-def links() -> dict[str, str]:
-    """{link name: target} from tzdata.zi (`L TARGET NAME` lines)."""
-    found = {}
-    for line in _tzdata_zi().splitlines():
-        if line.startswith("L "):
-            _, target, name = line.split()
-            found[name] = target
-    return found
+def _target(name: str) -> str | None:
+    """What `name` links to in tzdata.zi (an `L TARGET NAME` line), or None: a search for the
+    name, not a parse of the whole file (manage.py check's zone check runs for every command)."""
+    text, needle = _tzdata_zi(), f" {name}\n"
+    at = text.find(needle)
+    while at != -1:
+        line = text[text.rfind("\n", 0, at) + 1 : at + len(needle) - 1].split()
+        if len(line) == 3 and line[0] == "L" and line[2] == name:
+            return line[1]
+        at = text.find(needle, at + 1)
+    return None
 
 
 def canonical(name: str) -> str:
     """The zone `name` finally links to (itself when it is not a link)."""
     seen = set()
-    while name in links() and name not in seen:
+    while (target := _target(name)) is not None and name not in seen:
         seen.add(name)
-        name = links()[name]
+        name = target
     return name
 
 

@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     transaction with the effect it marks, so a run that redoes the slot does not redo it."""
 
     dependencies = [
-        ("ops", "0005_claim_heartbeat_interval"),
+        ("ops", "0006_pauses_and_run_now"),
     ]
 
     operations = [

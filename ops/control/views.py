@@ -1,0 +1,182 @@
+"""The jobs page's buttons: Pause, Resume, Run now and Run again (ops/admin.py routes to these).
+
+Each is a GET that shows a confirmation (what will happen, and what the job or slot is doing
+now) and a POST from that page with Django's CSRF token that does it. All of them, the
+confirmations and the action pages included, are for staff with `ops.run_job`: anyone else
+gets 403 (the admin sends anonymous users to its login first).
+"""
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+
+from .. import conf
+from ..models import JobAction
+from . import actions, pauses, runnow
+from .until import SPELLINGS, parse_until
+
+PERMISSION = "ops.run_job"
+
+
+def can_operate(request) -> bool:
+    return request.user.has_perm(PERMISSION)
+
+
+def _allowed(request, name: str):
+    """The declared job (None: ad hoc), for a user with the permission; else 403 / 404."""
+    if not can_operate(request):
+        raise PermissionDenied
+    try:
+        return pauses.lookup(name)
+    except pauses.UnknownJob:
+        raise Http404(f"no job named {name!r}") from None
+
+
+def _page(admin, request, name: str, title: str, **extra) -> TemplateResponse:
+    context = {
+        **admin.admin_site.each_context(request),
+        "opts": admin.opts,
+        "title": title,
+        "job": name,
+        "time_zone": settings.TIME_ZONE,
+        **extra,
+    }
+    return TemplateResponse(request, "admin/ops/job/confirm.html", context)
+
+
+def _back(name: str) -> HttpResponseRedirect:
+    return HttpResponseRedirect(reverse("admin:ops_job_detail", args=[name]))
+
+
+def pause_view(admin, request, name: str):
+    job = _allowed(request, name)
+    tz, now = ZoneInfo(settings.TIME_ZONE), timezone.now()
+    current = pauses.active_pauses([name], now).get(name)
+    until, reason, error = request.POST.get("until", ""), request.POST.get("reason", ""), ""
+    if request.method == "POST":
+        try:
+            end = parse_until(until, now, tz) if until.strip() else None
+        except ValueError as exc:
+            error = str(exc)
+        else:
+            pause, check = pauses.pause(
+                name, job, by=request.user.get_username(), until=end, reason=reason, now=now, tz=tz
+            )
+            messages.success(request, f"Paused {name} {pauses.describe(pause, tz)}.")
+            if check is not None:
+                level = messages.SUCCESS if check.ok else messages.ERROR
+                messages.add_message(request, level, f"healthchecks.io: {check.note}")
+            return _back(name)
+    return _page(
+        admin,
+        request,
+        name,
+        f"Pause {name}?",
+        action="pause",
+        state=f"paused {pauses.describe(current, tz)}" if current else "",
+        until=until,
+        reason=reason,
+        error=error,
+        spellings=SPELLINGS,
+    )
+
+
+def resume_view(admin, request, name: str):
+    job = _allowed(request, name)
+    tz, now = ZoneInfo(settings.TIME_ZONE), timezone.now()
+    if request.method == "POST":
+        ended, check = pauses.resume(name, job, by=request.user.get_username(), now=now, tz=tz)
+        text = f"Resumed {name}." if ended else f"{name} was not paused."
+        messages.success(request, text)
+        if check is not None:
+            level = messages.SUCCESS if check.ok else messages.ERROR
+            messages.add_message(request, level, f"healthchecks.io: {check.note}")
+        return _back(name)
+    current = pauses.active_pauses([name], now).get(name)
+    state = f"paused {pauses.describe(current, tz)}" if current else f"{name} is not paused"
+    return _page(admin, request, name, f"Resume {name}?", action="resume", state=state)
+
+
+def run_view(admin, request, name: str):
+    """Run now (no date) or Run again (`date`), optionally with `force`."""
+    job = _allowed(request, name)
+    if job is None:
+        raise Http404(f"{name} is not declared in crontab.d: only a declared job runs from here")
+
+    def asked(key: str) -> str:  # the confirmation's form, else the link's query
+        return request.POST.get(key) or request.GET.get(key) or ""
+
+    try:
+        day = dt.date.fromisoformat(asked("date")) if asked("date") else None
+    except ValueError:
+        raise Http404("bad date") from None
+    force = asked("force") == "1"
+    tz, now = ZoneInfo(settings.TIME_ZONE), timezone.now()
+    state = runnow.slot_state(name, job, day, now=now, tz=tz)
+    argv = runnow.run_job_argv(name, day, force)
+    startable = state.kind == runnow.FREE or (state.kind == runnow.DONE and force)
+    if request.method == "POST" and startable:
+        kind = JobAction.Kind.RUN_AGAIN if day else JobAction.Kind.RUN_NOW
+        action = actions.record(
+            kind,
+            name,
+            request.user.get_username(),
+            now,
+            logical_date=day,
+            force=force,
+            note="manage.py " + " ".join(argv[:1] + argv[2:]),
+        )
+        runnow.spawn(argv, action.pk)
+        return HttpResponseRedirect(reverse("admin:ops_job_action", args=[name, action.pk]))
+    run_url = ""
+    if state.run_id is not None:
+        run_url = reverse("admin:ops_jobrun_change", args=[state.run_id])
+    what = f"Run {name} again for {day}?" if day else f"Run {name} now?"
+    return _page(
+        admin,
+        request,
+        name,
+        what,
+        action="run",
+        state=state.message,
+        kind=state.kind,
+        startable=startable,
+        offer_force=state.kind == runnow.DONE and not force,
+        command="manage.py " + " ".join(argv[:1] + argv[2:]),
+        date=day.isoformat() if day else "",
+        force=force,
+        run_url=run_url,
+    )
+
+
+def action_view(admin, request, name: str, pk: int):
+    """What a Run now / Run again started: its run, once run_job has recorded it."""
+    if not can_operate(request):
+        raise PermissionDenied
+    action = JobAction.objects.filter(pk=pk, job=name).select_related("run").first()
+    if action is None:
+        raise Http404("no such action")
+    waited = (timezone.now() - action.at).total_seconds()
+    context = {
+        **admin.admin_site.each_context(request),
+        "opts": admin.opts,
+        "title": f"{action.get_kind_display().capitalize()}: {name}",
+        "job": name,
+        "action": action,
+        "run": action.run,
+        "run_url": reverse("admin:ops_jobrun_change", args=[action.run_id])
+        if action.run_id
+        else "",
+        # Reload until the run is recorded and has ended (a minute at most without one).
+        "reload": (action.run is None and waited < 60)
+        or (action.run is not None and action.run.outcome == "running"),
+        "log": str(conf.log_dir() / f"{name}.log"),
+    }
+    return TemplateResponse(request, "admin/ops/job/action.html", context)

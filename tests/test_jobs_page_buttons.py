@@ -1,0 +1,297 @@
+"""The jobs page's buttons in-process: Pause, Resume, Run now and Run again, who may use them
+(anonymous users, view-only staff, staff with `ops.run_job`), CSRF, the confirmation, what a
+running, done or paused slot says instead of starting anything; a paused job on the pages; and
+--until's spellings. The run itself, started for real: tests/test_run_now.py; in Chromium:
+tests/test_jobs_page_actions_browser.py."""
+
+import datetime as dt
+import os
+import re
+from zoneinfo import ZoneInfo
+
+import pytest
+import time_machine
+from django.test import Client
+from django.urls import reverse
+
+from ops.control import runnow
+from ops.control.until import parse_until
+from ops.models import JobAction, JobPause, JobRun
+from tests.test_jobs_page import CAL_NOW, calendar_states, daily, daily_run, detail, staff
+
+__all__ = ["daily"]  # a fixture, shared
+
+UTC = dt.UTC
+JOBS = reverse("admin:ops_job_changelist")
+
+
+def url(kind: str, name: str = "daily", **query) -> str:
+    base = reverse(f"admin:ops_job_{kind}", args=[name])
+    return base + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+
+
+@pytest.fixture
+def spawned(monkeypatch):
+    """run_job is not started in-process (this database is the test's own): the argv is kept."""
+    calls = []
+    monkeypatch.setattr(runnow, "spawn", lambda argv, action_id: calls.append((argv, action_id)))
+    return calls
+
+
+@pytest.fixture
+def operator(db, client):
+    client.force_login(staff("operator", "view_jobrun", "run_job"))
+    return client
+
+
+def buttons(html: str) -> list[str]:
+    return re.findall(r'class="button (cronops-[a-z-]+)"', html)
+
+
+@pytest.mark.django_db
+def test_anonymous_users_go_to_the_login_and_view_only_staff_get_403_on_every_button_url(
+    daily, client, spawned
+):
+    action = JobAction.objects.create(job="daily", kind="run_now", username="someone", at=CAL_NOW)
+    urls = [
+        url("pause"),
+        url("resume"),
+        url("run"),
+        url("run", date="2026-11-22"),
+        reverse("admin:ops_job_action", args=["daily", action.pk]),
+    ]
+    for target in urls:
+        for method in (client.get, client.post):
+            answer = method(target, {"reason": "x"})
+            assert answer.status_code == 302, target
+            assert answer["Location"].startswith(reverse("admin:login")), target
+    client.force_login(staff("viewer", "view_jobrun"))
+    with time_machine.travel(CAL_NOW, tick=False):
+        assert buttons(client.get(JOBS).content.decode()) == []
+        page = client.get(detail("daily")).content.decode()
+    assert buttons(page) == []
+    assert "cronops-run-again" not in page
+    for target in urls:
+        assert client.get(target).status_code == 403, target
+        assert client.post(target, {"reason": "x"}).status_code == 403, target
+    assert not JobPause.objects.exists()
+    assert JobAction.objects.count() == 1
+    assert spawned == []
+
+
+@pytest.mark.django_db
+def test_staff_with_the_permission_see_the_buttons_and_each_asks_before_it_acts(
+    daily, operator, spawned
+):
+    with time_machine.travel(CAL_NOW, tick=False):
+        assert buttons(operator.get(JOBS).content.decode()) == ["cronops-pause", "cronops-run-now"]
+        page = operator.get(detail("daily")).content.decode()
+        again = re.findall(r'class="cronops-run-again" data-date="([\d-]+)"', page)
+        assert again == ["2026-11-20", "2026-11-22", "2026-11-24"]  # missing, failed, skipped
+        confirm = operator.get(url("pause")).content.decode()
+    assert 'name="csrfmiddlewaretoken"' in confirm
+    assert 'method="post"' in confirm
+    assert not JobPause.objects.exists()  # a GET only asks
+
+
+@pytest.mark.django_db
+def test_a_button_acts_only_on_a_post_that_carries_the_csrf_token(daily):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(staff("operator", "view_jobrun", "run_job"))
+    assert client.post(url("pause"), {"reason": "forged"}).status_code == 403
+    assert not JobPause.objects.exists()
+    page = client.get(url("pause")).content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)[1]
+    answer = client.post(url("pause"), {"reason": "db migration", "csrfmiddlewaretoken": token})
+    assert answer.status_code == 302
+    pause = JobPause.objects.get()
+    assert (pause.job, pause.paused_by, pause.reason) == ("daily", "operator", "db migration")
+    assert JobAction.objects.get().username == "operator"
+
+
+@pytest.mark.django_db
+def test_pause_then_resume_from_the_page_shows_the_job_paused_then_not(daily, operator):
+    with time_machine.travel(CAL_NOW, tick=False):
+        bad = operator.post(url("pause"), {"until": "yesterday", "reason": "r"})
+        assert bad.status_code == 200
+        assert "bad --until &#x27;yesterday&#x27;" in bad.content.decode()
+        assert not JobPause.objects.exists()
+        operator.post(url("pause"), {"until": "2026-12-01", "reason": "migration"})
+        html = operator.get(JOBS).content.decode()
+        # today's run, started before the pause, is still going: running, the pause named
+        assert 'data-job="daily" data-state="running"' in html
+        assert "on web-2; paused by operator since 2026-11-29 12:00" in html
+        JobRun.objects.filter(outcome="running").update(outcome="succeeded", duration=3.0)
+        html = operator.get(JOBS).content.decode()
+        assert 'data-job="daily" data-state="paused"' in html
+        assert "by operator since 2026-11-29 12:00 until 2026-12-01 00:00 UTC: migration" in html
+        assert buttons(html) == ["cronops-resume"]  # no Run now while paused
+        run = operator.get(url("run")).content.decode()
+        assert "daily is paused by operator" in run and "resume it first" in run
+        assert 'input type="submit"' not in run  # nothing to start
+        operator.post(url("resume"))
+        assert 'data-job="daily" data-state="paused"' not in operator.get(JOBS).content.decode()
+    kinds = list(JobAction.objects.order_by("id").values_list("kind", "username"))
+    assert kinds == [("pause", "operator"), ("resume", "operator")]
+
+
+@pytest.mark.django_db
+def test_run_now_on_a_running_slot_and_run_again_on_a_done_day_say_so_and_start_nothing(
+    daily, operator, spawned
+):
+    # today's slot is running (on web-2, its heartbeat fresh); yesterday's is done
+    with time_machine.travel(CAL_NOW, tick=False):
+        for method in (operator.get, operator.post):
+            page = method(url("run")).content.decode()
+            assert "2026-11-29 is running since 2026-11-29 03:00 on web-2 (pid 1)" in page
+            assert 'input type="submit"' not in page
+        done = operator.post(url("run", date="2026-11-28")).content.decode()
+        assert "2026-11-28 is done already" in done
+        assert 'value="Run it again (--force)"' in done
+        assert spawned == []
+        forced = operator.post(url("run"), {"date": "2026-11-28", "force": "1"})
+    action = JobAction.objects.get()
+    assert forced.status_code == 302
+    assert forced["Location"] == reverse("admin:ops_job_action", args=["daily", action.pk])
+    assert (action.kind, action.logical_date, action.force) == (
+        "run_again",
+        dt.date(2026, 11, 28),
+        True,
+    )
+    [(argv, action_id)] = spawned
+    assert action_id == action.pk
+    assert argv[0] == "run_job" and argv[1].startswith("--log=") and argv[1].endswith("/daily.log")
+    assert argv[2:] == ["--logical-date=2026-11-28", "--force", "daily"]
+
+
+@pytest.mark.django_db
+def test_run_now_on_a_free_slot_starts_run_job_and_answers_at_once_with_the_actions_page(
+    daily, operator, spawned
+):
+    with time_machine.travel(CAL_NOW, tick=False):
+        answer = operator.post(url("run", date="2026-11-20"))  # the missing day
+        page = operator.get(answer["Location"]).content.decode()
+    action = JobAction.objects.get()
+    assert (action.kind, action.username, action.logical_date) == (
+        "run_again",
+        "operator",
+        dt.date(2026, 11, 20),
+    )
+    assert spawned[0][0][2:] == ["--logical-date=2026-11-20", "daily"]
+    assert "Starting: the run appears here" in page
+    assert '<meta http-equiv="refresh"' in page
+    run = daily_run(20)
+    JobAction.objects.filter(pk=action.pk).update(run=run)
+    with time_machine.travel(CAL_NOW + dt.timedelta(seconds=5), tick=False):
+        page = operator.get(answer["Location"]).content.decode()
+    assert f'href="{reverse("admin:ops_jobrun_change", args=[run.pk])}">run #{run.pk}</a>' in page
+    assert "Succeeded" in page and '<meta http-equiv="refresh"' not in page
+    with time_machine.travel(CAL_NOW + dt.timedelta(minutes=2), tick=False):
+        JobAction.objects.filter(pk=action.pk).update(run=None)
+        page = operator.get(answer["Location"]).content.decode()
+    assert "No run was recorded: see the job&#x27;s log" in page or "No run was recorded" in page
+
+
+@pytest.mark.django_db
+def test_the_calendar_shows_the_days_a_pause_covered_as_paused(daily):
+    JobPause.objects.create(
+        job="daily",
+        paused_by="operator",
+        since=dt.datetime(2026, 11, 19, 12, tzinfo=UTC),
+        ended_at=dt.datetime(2026, 11, 21, 12, tzinfo=UTC),
+    )
+    client = Client()
+    client.force_login(staff("viewer", "view_jobrun"))
+    states = calendar_states(client)
+    # 11-20 had no run (missing before); 11-19 and 11-21 were served before / after the pause
+    assert (states["2026-11-19"], states["2026-11-20"], states["2026-11-21"]) == (
+        "served",
+        "paused",
+        "served",
+    )
+
+
+@pytest.mark.django_db
+def test_a_due_slot_a_pause_covered_is_not_overdue_once_the_job_is_resumed(daily):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    JobRun.objects.filter(job="daily", logical_date=dt.date(2026, 11, 29)).delete()
+    JobPause.objects.create(
+        job="daily",
+        paused_by="operator",
+        since=dt.datetime(2026, 11, 28, 23, tzinfo=UTC),
+        ended_at=dt.datetime(2026, 11, 29, 11, tzinfo=UTC),
+    )
+    out = StringIO()
+    with time_machine.travel(CAL_NOW, tick=False):
+        call_command("job_status", "--job", "daily", stdout=out)
+    assert "daily: ok: its due slot 2026-11-29 03:00 was paused" in out.getvalue()
+
+
+NOW = dt.datetime(2026, 12, 2, 10, 30, tzinfo=UTC)
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+@pytest.mark.parametrize(
+    ("when", "until"),
+    [
+        ("90m", "2026-12-02 12:00+00:00"),
+        ("1.5h", "2026-12-02 12:00+00:00"),
+        ("3d", "2026-12-05 10:30+00:00"),
+        ("2026-12-07", "2026-12-07 00:00+01:00"),
+        ("2026-12-07T14:00", "2026-12-07 14:00+01:00"),
+        ("2026-12-07 14:00:30", "2026-12-07 14:00:30+01:00"),
+        ("14:00", "2026-12-02 14:00+01:00"),
+        ("9:15", "2026-12-03 09:15+01:00"),  # 09:15 has passed in Berlin (11:30): tomorrow's
+    ],
+)
+def test_until_is_a_duration_a_date_a_date_and_time_or_a_time_in_time_zone(when, until):
+    assert parse_until(when, NOW, BERLIN) == dt.datetime.fromisoformat(until)
+
+
+@pytest.mark.parametrize(
+    ("when", "why"),
+    [
+        ("2026-12-01", "is not in the future"),
+        ("11:30", None),  # now, in Berlin: the next is tomorrow's
+        ("400d", "bad --until"),
+        ("2028-01-01", "more than 365 days ahead"),
+        ("tomorrow", "use a duration (2h, 90m, 3d), a date (2026-12-07), a date and time"),
+        ("90", "bad --until"),  # a bare number could be minutes or hours: refused
+        ("25:00", "bad --until"),
+    ],
+)
+def test_until_refuses_the_past_the_far_future_and_anything_else(when, why):
+    if why is None:
+        tomorrow = dt.datetime(2026, 12, 3, 11, 30, tzinfo=BERLIN)
+        assert parse_until(when, NOW, BERLIN) == tomorrow
+        return
+    with pytest.raises(ValueError, match=re.escape(why)):
+        parse_until(when, NOW, BERLIN)
+
+
+def test_run_now_spawns_with_this_virtualenvs_python(monkeypatch):
+    monkeypatch.setattr("sys.executable", "/srv/app/.venv/bin/uwsgi")
+    monkeypatch.setattr("sys.prefix", "/srv/app/.venv")
+    assert runnow.python() == os.path.join("/srv/app/.venv", "bin", "python")
+
+
+@pytest.mark.django_db
+def test_the_audit_trail_lists_every_action_with_who_and_when_read_only(daily, operator, spawned):
+    with time_machine.travel(CAL_NOW, tick=False):
+        operator.post(url("pause"), {"reason": "migration"})
+        operator.post(url("resume"))
+        operator.post(url("run", date="2026-11-20"))
+    client = Client()
+    client.force_login(staff("auditor", "view_jobaction"))
+    page = client.get(reverse("admin:ops_jobaction_changelist")).content.decode()
+    rows = re.findall(r"<tr>.*?</tr>", page.split("<tbody>", 1)[1], re.S)
+    assert len(rows) == 3
+    assert all("operator" in row and "Nov. 29, 2026" in row for row in rows)
+    kinds = [re.search(r'field-kind">([^<]+)<', row)[1] for row in rows]
+    assert kinds == ["run again", "resume", "pause"]  # newest first
+    assert "addlink" not in page and "Delete" not in page
+    action = JobAction.objects.first()
+    assert client.post(reverse("admin:ops_jobaction_change", args=[action.pk])).status_code == 403

@@ -1,0 +1,216 @@
+"""job_pause and job_resume across real fires (manage.py processes, SQLite and PostgreSQL), with
+the job's check on the healthchecks stand-in (tests/hcserver.py, the server's own rules).
+
+The server's rules that decide what a pause does there (hc/api/models.py `Check.ping`,
+hc/api/views.py `pause`, `resume`): a ping resumes a paused check unless it has `manual_resume`
+(then every ping is ignored while paused); `/log` never changes a status; a resumed check is
+`new`, which is never evaluated (never goes down) until a success or failure reaches it.
+"""
+
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from .conftest import DAILY, DAILY_DATE, PING_KEY
+from .hcserver import API_KEY
+from .test_prometheus import PROMTOOL
+
+MARKER_COMMAND = """
+with open({path!r}, "a") as marks:
+    marks.write((options["logical_date"] or "-") + "\\n")
+print("ran")
+"""
+
+
+def ok(result):
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.fixture
+def nightly(project, hc, tmp_path):
+    """`nightly`, a daily job that catches up 5 days and writes each date it runs to a file;
+    its check made and armed by sync_healthchecks on the stand-in."""
+    marks = tmp_path / "marks"
+    project.add_command(
+        "t_mark",
+        MARKER_COMMAND.format(path=str(marks)),
+        arguments='parser.add_argument("--logical-date")',
+    )
+    project.write_cron("t.cron", f"{DAILY}  --catch-up=5 --name=nightly t_mark\n")
+    project.write_env(
+        HEALTHCHECKS_PING_URL=hc.ping_url,
+        HEALTHCHECKS_PING_KEY=PING_KEY,
+        HEALTHCHECKS_API_URL=hc.api_url,
+        HEALTHCHECKS_API_KEY=API_KEY,
+        HEALTHCHECKS_CHANNELS="",
+    )
+    ok(project.manage("sync_healthchecks"))
+    assert hc.check("nightly").status == "up"  # armed
+    return marks
+
+
+def day(days_ago: int) -> str:
+    return (DAILY_DATE - dt.timedelta(days=days_ago)).isoformat()
+
+
+def ran(marks) -> list[str]:
+    return marks.read_text().split() if marks.exists() else []
+
+
+def skips(project) -> list[tuple]:
+    return [(r[1], r[4], r[5]) for r in project.db.runs("nightly") if r[3] == "skipped"]
+
+
+def writes_since(hc, count: int) -> list[tuple]:
+    return [(path.rsplit("/", 1)[-1], body) for _, path, body in hc.writes()[count:]]
+
+
+def test_a_paused_job_runs_nothing_records_each_slot_once_and_catch_up_never_replays_it(
+    project, hc, nightly
+):
+    check = hc.check("nightly")
+    ok(project.run_job(f"--logical-date={day(5)}", "nightly"))  # the first claim: the floor
+    assert ran(nightly) == [day(5)]
+    before = len(hc.writes())
+
+    paused = ok(project.manage("job_pause", "nightly", "--reason=database migration"))
+    assert re.match(
+        r"paused nightly by \S+ \(command line\) since .* UTC, until resumed: database migration\n",
+        paused.stdout,
+    )
+    assert "healthchecks.io: paused its check 'nightly'" in paused.stdout
+    # manual_resume first, then the pause: no ping of the paused job can resume (page) it
+    assert writes_since(hc, before) == [(check.uuid, {"manual_resume": True}), ("pause", None)]
+    assert (check.status, check.manual_resume) == ("paused", True)
+
+    fires = [ok(project.run_job("nightly")) for _ in range(2)]  # two fires of today's slot
+    ok(project.run_job(f"--logical-date={day(2)}", "nightly"))  # and one by hand
+    assert ran(nightly) == [day(5)]  # the command never ran
+    assert "paused by " in fires[0].stdout
+    assert f"({day(0)} is recorded as paused already)" in fires[1].stdout
+    recorded = skips(project)
+    assert [(slot, code) for slot, code, _ in recorded] == [(day(0), 0), (day(2), 0)]
+    assert all(
+        re.fullmatch(r"paused by .* since .* UTC, until resumed: database migration", n)
+        for _, _, n in recorded
+    )
+    logs = [p for p in hc.pings_of("nightly") if p.kind == "log"]
+    assert len(logs) == 2  # one per recorded slot, each ignored by the paused check
+    assert {p.action for p in logs} == {"ign"}
+    assert check.status_at() == "paused"
+
+    status = ok(project.manage("job_status", "--json", "--job", "nightly"))
+    job = json.loads(status.stdout)["jobs"][0]
+    assert job["state"] == "paused"
+    assert job["paused"]["reason"] == "database migration"
+    assert job["paused"]["by"].endswith("(command line)")
+    assert job["paused"]["until"] is None
+    assert job["reason"].startswith(f"by {job['paused']['by']} since ")
+    metrics = ok(project.manage("job_status", "--format=prometheus")).stdout
+    assert 'cronops_job_state{job_name="nightly",state="paused"} 1' in metrics
+    assert 'cronops_job_state{job_name="nightly",state="failing"} 0' in metrics
+    paused_sample = (
+        r'cronops_job_paused\{job_name="nightly",paused_by="[^"]+",reason="database migration"\} 1'
+    )
+    assert re.search(paused_sample, metrics)
+    if os.access(PROMTOOL, os.X_OK):  # Debian's prometheus package: the format and its lint
+        checked = subprocess.run(
+            [PROMTOOL, "check", "metrics"], input=metrics.encode(), capture_output=True
+        )
+        assert (checked.returncode, checked.stdout + checked.stderr) == (0, b"")
+
+    before = len(hc.writes())
+    resumed = ok(project.manage("job_resume", "nightly"))
+    assert "healthchecks.io: resumed its check 'nightly' and armed it: alerts at " in resumed.stdout
+    # its own manual_resume back first (should the resume fail, a ping resumes it), then resumed
+    assert writes_since(hc, before) == [(check.uuid, {"manual_resume": False}), ("resume", None)]
+    assert check.manual_resume is False
+    assert check.status_at() == "up"  # armed: new checks are never evaluated until pinged
+    assert check.going_down_after() is not None
+    assert hc.pings_of("nightly")[-1].body.startswith(b"cronops: resumed by ")
+
+    ok(project.run_job("nightly"))  # catch-up: 4, 3 and 1 days ago, not 2 (paused), then today
+    assert ran(nightly) == [day(5), day(4), day(3), day(1), day(0)]
+    assert check.status_at() == "up"
+    kinds = project.db.query("SELECT kind, username FROM ops_jobaction ORDER BY id")
+    assert [kind for kind, _ in kinds] == ["pause", "resume"]
+    assert all(user.endswith("(command line)") for _, user in kinds)
+
+
+def test_a_pause_with_until_ends_at_the_first_fire_after_it_and_its_check_is_watched_again(
+    project, hc, nightly
+):
+    check = hc.check("nightly")
+    ok(project.manage("job_pause", "nightly", "--until=15s", "--reason=deploy"))
+    [(until,)] = project.db.query("SELECT until FROM ops_jobpause")
+    until = until if isinstance(until, dt.datetime) else dt.datetime.fromisoformat(until)
+    until = until.replace(tzinfo=until.tzinfo or dt.UTC)
+    first = ok(project.run_job("nightly"))
+    if dt.datetime.now(dt.UTC) >= until:
+        pytest.fail("the machine took over 15 s for job_pause and one fire: nothing was tested")
+    assert "paused by " in first.stdout
+    assert check.status == "paused"
+
+    # Fires until one runs: the pause ends by itself; meanwhile the slot is recorded once.
+    deadline = time.monotonic() + 90
+    while not ran(nightly):
+        assert time.monotonic() < deadline, "no fire ran after the pause's --until"
+        last = ok(project.run_job("nightly"))
+    assert dt.datetime.now(dt.UTC) >= until
+    assert "has ended" in last.stdout
+    assert "healthchecks.io: resumed its check 'nightly' and armed it" in last.stdout
+    assert ran(nightly) == [day(0)]
+    outcomes = [(r[1], r[3]) for r in project.db.runs("nightly")]
+    assert outcomes == [(day(0), "skipped"), (day(0), "succeeded")]
+    # The check: resumed and armed before the run's own start and success reached it.
+    assert (check.manual_resume, check.status_at()) == (False, "up")
+    tail = [(p.kind, p.action) for p in hc.pings_of("nightly")][-3:]
+    assert tail == [("success", "success"), ("start", "start"), ("success", "success")]
+    audit = project.db.query("SELECT kind, username FROM ops_jobaction ORDER BY id")
+    assert audit[-1] == ("resume", "cronops (--until)")
+    status = json.loads(ok(project.manage("job_status", "--json", "--job", "nightly")).stdout)
+    assert (status["jobs"][0]["state"], status["jobs"][0]["paused"]) == ("ok", None)
+
+
+def test_fires_of_one_paused_slot_at_the_same_moment_record_it_once(project, hc, nightly):
+    ok(project.manage("job_pause", "nightly"))
+    fires = [project.popen("run_job", "nightly") for _ in range(4)]
+    for fire in fires:
+        out, err = fire.communicate(timeout=120)
+        assert fire.returncode == 0, out + err
+    assert [(slot, code) for slot, code, _ in skips(project)] == [(day(0), 0)]
+    assert ran(nightly) == []
+
+
+def test_pausing_without_an_api_key_pauses_the_job_and_says_its_check_is_not(project, tmp_path):
+    project.add_command("t_ok", "print('ran')")
+    project.write_cron("t.cron", f"{DAILY}  --name=nightly t_ok\n")
+    paused = ok(project.manage("job_pause", "nightly", "--until=3d"))
+    assert re.match(r"paused nightly by .* until \S+ \S+ UTC\n", paused.stdout)
+    assert "HEALTHCHECKS_API_KEY is not set: its check (if any) is not paused" in paused.stdout
+    fire = ok(project.run_job("nightly"))
+    assert "ran" not in fire.stdout
+
+
+def test_an_unknown_job_or_an_until_in_the_past_is_a_usage_error(project):
+    project.write_cron("t.cron", f"{DAILY}  --name=nightly sleep_demo --seconds=0\n")
+    unknown = project.manage("job_pause", "nightly-typo")
+    assert (unknown.returncode, unknown.stderr.strip()) == (
+        2,
+        "CommandError: no job named 'nightly-typo' in crontab.d or in the run history",
+    )
+    past = project.manage("job_pause", "nightly", "--until=2020-01-01")
+    assert past.returncode == 2
+    assert "--until 2020-01-01 is not in the future" in past.stderr
+    bad = project.manage("job_pause", "nightly", "--until=tomorrow")
+    assert bad.returncode == 2
+    assert "use a duration (2h, 90m, 3d), a date (2026-12-07)" in bad.stderr
+    assert project.db.query("SELECT count(*) FROM ops_jobpause") == [(0,)]
+    resumed = ok(project.manage("job_resume", "nightly"))
+    assert resumed.stdout.strip() == "nightly is not paused"
