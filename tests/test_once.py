@@ -98,6 +98,7 @@ def test_a_key_must_be_a_short_non_empty_string(held):
                 once(bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.process
 def test_ops_imports_nothing_of_django_so_apps_can_load_it():
     code = (
         "import sys, ops; print(callable(ops.once), "

@@ -22,6 +22,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import time_machine
 from django.core.management import get_commands
 from django.core.management.base import BaseCommand, CommandError
@@ -41,6 +42,9 @@ from commands.models import Subscription
 from ops import once
 from ops.models import Effect, JobRun, Outcome, SlotClaim
 from ops.run import claims, process, runner
+
+# The job is forked (a real process); a dead holder is a real process that is gone.
+pytestmark = [pytest.mark.process, pytest.mark.timeout(600), pytest.mark.first]
 
 UTC = dt.UTC
 COMMAND = "pay_once"
