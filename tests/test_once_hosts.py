@@ -14,10 +14,9 @@ import urllib.parse
 
 import pytest
 
-from .conftest import Project, copy_tree, require
+from .conftest import Project, copy_tree, require, wait_for_line, wait_until
 from .netns import Network, available
-from .test_runner import wait_for_line
-from .test_standby_hosts import Server, freeze, wait_for
+from .test_standby_hosts import Server, freeze
 
 HEARTBEAT = 1
 # Charges the slot (a row without a unique constraint of its own), as the docs' recipe says;
@@ -135,7 +134,7 @@ def test_a_holder_frozen_inside_its_transaction_is_taken_over_and_the_charge_hap
         code, out, err = standby.start().wait(timeout=120)
         assert code == 0, out + err
         assert "charging" in out
-        wait_for(lambda: claim(db)[0] == "succeeded", what="the standby's success")
+        wait_until(lambda: claim(db)[0] == "succeeded", "the standby's success")
     finally:
         freeze(holder.pid, signal.SIGCONT)
         (holder.project.dir / "hold-inside").unlink()

@@ -16,8 +16,8 @@ import pytest
 
 from ops.run.descendants import descendants
 
+from .conftest import wait_for_line
 from .test_claims import frozen
-from .test_runner import wait_for_line
 
 # Fences itself, then (with HOLD set) stays inside its transaction until `go` appears.
 FENCED = """
