@@ -47,7 +47,7 @@ def _pause_json(s: JobStatus, tz: ZoneInfo) -> dict | None:
 
 
 def to_json(report: Report) -> dict:
-    """The `--json` document (schema in the README; `schema` bumps on incompatible changes)."""
+    """The `--json` document (schema: docs/operating.md; `schema` bumps when a field changes)."""
     tz = report.tz
     return {
         "schema": SCHEMA_VERSION,
