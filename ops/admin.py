@@ -272,6 +272,8 @@ class JobAdmin(ReadOnlyAdmin):
             "strip": jobs_page.STRIP,
             "spark": jobs_page.SPARK,
             "can_operate": request.user.has_perm("ops.run_job"),  # the buttons (control/views.py)
+            # The table needs the width: the admin's app list is one click away (breadcrumbs).
+            "is_nav_sidebar_enabled": False,
             **extra,
         }
 
@@ -296,8 +298,10 @@ class JobAdmin(ReadOnlyAdmin):
 
         context = self._context(request, "Jobs")
         _, report, error = self._report()
+        rows = jobs_page.job_rows(report)
         context.update(
-            rows=jobs_page.job_rows(report),
+            rows=jobs_page.problems_first(rows),
+            summary=jobs_page.summary(rows),
             report=report,
             error=error,
             time_zone=settings.TIME_ZONE,
