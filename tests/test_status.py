@@ -713,3 +713,22 @@ def test_job_history_into_a_pipe_closed_early_exits_quietly(sqlite_project):
     stderr = proc.stderr.read()
     assert proc.wait(timeout=60) == 0, stderr
     assert stderr == ""
+
+
+@pytest.mark.django_db
+def test_job_history_widens_its_slot_column_for_wall_clock_keys():
+    from django.core.management import call_command
+
+    from ops.models import JobRun
+
+    started = at("2026-10-25 00:30:05")
+    JobRun.objects.create(
+        job="metrics", slot="2026-10-25 02:30+02:00", outcome="succeeded", exit_code=0,
+        started_at=started, finished_at=started, duration=0.5, host="web1", pid=1,
+    )  # fmt: skip
+    out = io.StringIO()
+    call_command("job_history", stdout=out)
+    header, row, _ = out.getvalue().splitlines()
+    # every column starts where its title does: the key does not push the outcome along
+    assert row.index("succeeded") == header.index("outcome")
+    assert "2026-10-25 02:30+02:00 succeeded" in row
