@@ -44,25 +44,40 @@ $(NEWEST_VENV)/.dev-installed: pyproject.toml
 	$(NEWEST_PY) -m pip install -q -U -e '.[dev]'
 	touch $@
 
+# A demo command, shown as a person types it: the environment above is the demo's own and is
+# not echoed (it would bury the command).
+demo_run = echo '$$ python manage.py $(1)'; $(DEMO) $(PY) manage.py $(1)
+
 demo: $(VENV)/.installed
-	rm -rf var/demo
-	$(DEMO) $(PY) manage.py migrate -v0
-	$(DEMO) $(PY) manage.py seed_demo
-	@echo "--- 1. first run of today's slot: charges every subscription once"
-	$(DEMO) $(PY) manage.py run_job charge_daily
-	@echo "--- 2. the same slot again: a no-op, exit 0"
-	$(DEMO) $(PY) manage.py run_job charge_daily
-	@echo "--- 3. --force re-runs the slot; the command itself charges nobody twice"
-	$(DEMO) $(PY) manage.py run_job --force charge_daily
-	@echo "--- 4. a past logical date, by hand"
-	$(DEMO) $(PY) manage.py run_job --logical-date=2026-01-15 charge_daily
-	@echo "--- 5. the lock: a second run while the first holds it exits 75"
-	$(DEMO) $(PY) manage.py run_job sleep_demo --seconds=3 & sleep 1.5; \
-	  $(DEMO) $(PY) manage.py run_job sleep_demo --seconds=3; echo "exit code $$?"; wait
-	@echo "--- 6. the history"
-	$(DEMO) $(PY) manage.py job_history
-	@echo "--- 7. job_status: one row per job; exit 1 while some job is not ok (here: never run yet)"
-	$(DEMO) $(PY) manage.py job_status; echo "exit code $$?"
+	@rm -rf var/demo
+	@echo "The demo has a database of its own (var/demo/), TIME_ZONE=UTC and no healthchecks.io pings."
+	@$(call demo_run,migrate -v0)
+	@$(call demo_run,seed_demo)
+	@# charge_daily runs at 03:00 (crontab.d/10-billing.cron): a run serves the latest 03:00.
+	@if [ "$$(date -u +%H)" -lt 3 ]; then \
+	  day=$$(date -u -d yesterday +%F); why="before 03:00, so yesterday's"; \
+	else day=$$(date -u +%F); why="after 03:00, so today's"; fi; \
+	echo; echo "--- 1. charge_daily runs at 03:00 UTC ('0 3 * * *'); a run serves the latest 03:00."; \
+	echo "    It is $$(date -u +%H:%M): $$why slot, logical date $$day. It charges every"; \
+	echo "    subscription once for that date."
+	@$(call demo_run,run_job charge_daily)
+	@echo; echo "--- 2. The same slot again: already done, nothing charged, exit 0."
+	@$(call demo_run,run_job charge_daily)
+	@echo; echo "--- 3. --force runs the slot again; charge_daily itself charges nobody twice."
+	@$(call demo_run,run_job --force charge_daily)
+	@echo; echo "--- 4. A past logical date, by hand."
+	@$(call demo_run,run_job --logical-date=2026-01-15 charge_daily)
+	@echo; echo "--- 5. The lock: a second run while the first holds it exits 75, naming the holder."
+	@echo '$$ python manage.py run_job sleep_demo --seconds=3 &'; \
+	  $(DEMO) $(PY) manage.py run_job sleep_demo --seconds=3 & sleep 1.5; \
+	  $(call demo_run,run_job sleep_demo --seconds=3); echo "exit code $$?"; wait
+	@echo; echo "--- 6. The history, newest first."
+	@$(call demo_run,job_history)
+	@echo; echo "--- 7. One row per job; exit 1 while a job is not ok (here: the others never ran)."
+	@echo "    LAST SUCCESS: the slot the latest success served (its date is the logical date), and"
+	@echo "    when it ran if that was late. LAG: how long after its slot the latest run of a then"
+	@echo "    current slot started (cron starts one within seconds; the demo ran it by hand)."
+	@$(call demo_run,job_status); echo "exit code $$?"
 
 # The loop to run while working: lint, types, and the tests that start no process or service
 # of their own (`-m "not process"`), in well under a minute. One file or one test:

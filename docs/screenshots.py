@@ -38,7 +38,8 @@ def main() -> None:
     manage(REPO, server.env, "seed_demo", "--history")
     server.start()
     try:
-        with chromium_page(var / "chromium-profile", width=1780, height=700) as page:
+        # 1,280 px: a laptop's width, which the page must fit (tests/test_jobs_page_browser.py)
+        with chromium_page(var / "chromium-profile", width=1280, height=700) as page:
             log_in(page, server.url, USER, PASSWORD)
             page.goto(server.url + "/admin/ops/job/")
             page.screenshot(path=str(REPO / "docs" / "jobs-page.png"), full_page=True)

@@ -63,13 +63,49 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+def iso(field: str, description: str):
+    """A column or read-only field showing a date or time as ISO, in TIME_ZONE
+    ("2026-12-02", "2026-12-02 03:00:01"), as job_status and the jobs page write them, rather
+    than the admin's "Dec. 2, 2026"."""
+
+    @admin.display(description=description, ordering=field)
+    def show(self, obj):
+        value = getattr(obj, field)
+        if value is None:
+            return "-"
+        if hasattr(value, "tzinfo"):
+            return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+        return value.isoformat()
+
+    return show
+
+
+def outcome_words(value: str) -> str:
+    """An outcome as the admin shows it: capitalised like Django's own labels ("Succeeded",
+    "Timed out", "Taken over"), where the choices' labels mix "Succeeded" and "timed out"."""
+    return Outcome(value).label.capitalize()
+
+
+class OutcomeFilter(admin.SimpleListFilter):
+    title = "outcome"
+    parameter_name = "outcome__exact"  # the field filter's, so that links made for it work
+
+    def lookups(self, request, model_admin):
+        return [(value, outcome_words(value)) for value in Outcome.values]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(outcome=self.value())
+        return queryset
+
+
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdmin):
     list_display = [
         "started",
         "job",
         "slot",
-        "logical_date",
+        "logical_date_iso",
         "outcome_label",
         "exit_code",
         "duration_display",
@@ -77,7 +113,7 @@ class JobRunAdmin(ReadOnlyAdmin):
         "host",
     ]
     list_display_links = ["started", "job"]
-    list_filter = [JobFilter, "outcome", ("started_at", admin.DateFieldListFilter)]
+    list_filter = [JobFilter, OutcomeFilter, ("started_at", admin.DateFieldListFilter)]
     search_fields = ["job", "slot", "note", "host", "command"]
     list_per_page = 50
     show_full_result_count = False
@@ -92,10 +128,10 @@ class JobRunAdmin(ReadOnlyAdmin):
                     "exit_code",
                     "note",
                     "slot",
-                    "logical_date",
-                    "scheduled_at",
-                    "started_at",
-                    "finished_at",
+                    "logical_date_iso",
+                    "scheduled_iso",
+                    "started_iso",
+                    "finished_iso",
                     "duration_display",
                     "lag_display",
                     "host",
@@ -108,6 +144,10 @@ class JobRunAdmin(ReadOnlyAdmin):
         ),
         ("Output (tail)", {"fields": ["output"]}),
     ]
+    logical_date_iso = iso("logical_date", "logical date")
+    scheduled_iso = iso("scheduled_at", "slot's fire time")
+    started_iso = iso("started_at", "started at")
+    finished_iso = iso("finished_at", "finished at")
 
     def get_queryset(self, request):
         # The list never shows the output tail: do not read it for 50 rows at a time.
@@ -140,7 +180,7 @@ class JobRunAdmin(ReadOnlyAdmin):
         return format_html(
             '<span class="cronops-outcome" style="color:{}">{}</span>',
             colour,
-            obj.get_outcome_display(),
+            outcome_words(obj.outcome),
         )
 
     @admin.display(description="duration", ordering="duration")
@@ -167,15 +207,18 @@ class SlotClaimAdmin(ReadOnlyAdmin):
     list_display = [
         "job",
         "slot",
-        "logical_date",
+        "logical_date_iso",
         "state",
         "version",
         "host",
         "pid",
-        "started_at",
-        "heartbeat_at",
+        "started_iso",
+        "heartbeat_iso",
         "run_link",
     ]
+    logical_date_iso = iso("logical_date", "logical date")
+    started_iso = iso("started_at", "started at")
+    heartbeat_iso = iso("heartbeat_at", "heartbeat at")
     list_filter = [JobFilter, "state"]
     search_fields = ["job", "slot", "host"]
     ordering = ["-id"]
@@ -200,7 +243,8 @@ class EffectAdmin(ReadOnlyAdmin):
     """`ops.once(key)`'s marks: read-only like the claims (deleting one would let the effect
     happen again; prune_runs removes them with the history)."""
 
-    list_display = ["job", "slot", "key", "created_at", "version", "run"]
+    list_display = ["job", "slot", "key", "created_iso", "version", "run"]
+    created_iso = iso("created_at", "created at")
     list_filter = [JobFilter]
     search_fields = ["job", "slot", "key"]
     ordering = ["-id"]
@@ -217,7 +261,11 @@ class EffectAdmin(ReadOnlyAdmin):
 class JobActionAdmin(ReadOnlyAdmin):
     """The audit trail: every pause, resume, run now and run again, by whom and when."""
 
-    list_display = ["at", "job", "kind", "username", "logical_date", "force", "note", "run_link"]
+    list_display = [
+        "at_iso", "job", "kind", "username", "logical_date_iso", "force", "note", "run_link",
+    ]  # fmt: skip
+    at_iso = iso("at", "at")
+    logical_date_iso = iso("logical_date", "logical date")
     list_filter = ["kind", ("at", admin.DateFieldListFilter)]
     search_fields = ["job", "username", "note"]
     list_per_page = 50
@@ -272,6 +320,8 @@ class JobAdmin(ReadOnlyAdmin):
             "strip": jobs_page.STRIP,
             "spark": jobs_page.SPARK,
             "can_operate": request.user.has_perm("ops.run_job"),  # the buttons (control/views.py)
+            # The table needs the width: the admin's app list is one click away (breadcrumbs).
+            "is_nav_sidebar_enabled": False,
             **extra,
         }
 
@@ -296,8 +346,10 @@ class JobAdmin(ReadOnlyAdmin):
 
         context = self._context(request, "Jobs")
         _, report, error = self._report()
+        rows = jobs_page.job_rows(report)
         context.update(
-            rows=jobs_page.job_rows(report),
+            rows=jobs_page.problems_first(rows),
+            summary=jobs_page.summary(rows),
             report=report,
             error=error,
             time_zone=settings.TIME_ZONE,

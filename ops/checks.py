@@ -170,7 +170,7 @@ def check_crontabd(app_configs=None, **kwargs):
         messages.append(
             Error(
                 redact(f"crontab.d: {error}", known_secrets(settings)),
-                hint="fix that line (format: README, 'The schedule'); install_crontab refuses "
+                hint="fix that line (format: docs/schedule.md); install_crontab refuses "
                 "to install until it is valid",
                 id="ops.E001",
             )

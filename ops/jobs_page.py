@@ -26,6 +26,7 @@ from django.utils.safestring import mark_safe
 from .control import pauses
 from .models import JobRun, Outcome
 from .monitors import status
+from .monitors.status_render import success_words
 from .schedule.crontabd import Job
 from .schedule.durations import human_duration
 
@@ -74,6 +75,29 @@ DAY_COLOURS = {
     NO_HISTORY: "#ffffff",
     PAUSED: "#afb8c1",
 }
+
+
+# The page's order: what needs a look first (job_status's order within each state).
+PROBLEMS_FIRST = (
+    status.FAILING,
+    status.OVERDUE,
+    status.NEVER_RUN,
+    status.RUNNING,
+    status.PAUSED,
+    status.OK,
+)
+
+
+def problems_first(rows: list["JobRow"]) -> list["JobRow"]:
+    return sorted(rows, key=lambda row: PROBLEMS_FIRST.index(row.status.state))
+
+
+def summary(rows: list["JobRow"]) -> str:
+    """How many jobs are in each state, problems first: "1 failing · 1 overdue · 4 ok"."""
+    counts = {state: 0 for state in PROBLEMS_FIRST}
+    for row in rows:
+        counts[row.status.state] += 1
+    return " · ".join(f"{n} {state}" for state, n in counts.items() if n)
 
 
 def local_time(value: dt.datetime | None, tz: ZoneInfo) -> str:
@@ -212,11 +236,7 @@ def job_rows(report: status.Report) -> list[JobRow]:
         if attempts and attempts[0][2] == Outcome.RUNNING and s.state != status.RUNNING:
             # job_status found the newest "running" one dead: the strip says so too.
             attempts = [(*attempts[0][:2], Outcome.ABANDONED, *attempts[0][3:]), *attempts[1:]]
-        success = "-"
-        if s.last_success is not None:
-            success = local_time(s.last_success.started_at, tz)
-            if s.last_success.logical_date:
-                success += f" ({s.last_success.logical_date.isoformat()})"
+        success = success_words(s.last_success, s.grace, tz)
         rows.append(
             JobRow(
                 status=s,

@@ -12,7 +12,7 @@ class Outcome(models.TextChoices):
     ABANDONED = "abandoned"
     SKIPPED = "skipped"
     # This run lost its claim while frozen or cut off from the database, and another run took
-    # the slot over: the slot's outcome is that run's, never this one's (README, several servers).
+    # the slot over: the slot's outcome is that run's, never this one's (docs/several-servers.md).
     TAKEN_OVER = "taken_over", "taken over"
 
 

@@ -15,6 +15,10 @@ from pathlib import Path
 from .conftest import REPO, untracked_ignore
 
 SECTION_TITLE = "## Add cronops to your project"
+# Where the section's actions end: what follows watches the job that now runs under cron.
+WATCH_TITLE = "### Watch it"
+# The README's stand-in for where the user cloned cronops.
+CHECKOUT_PLACEHOLDER = "/path/to/cronops"
 WHEEL_NAME = "cronops-0.1.0-py3-none-any.whl"
 # Never part of the copy the distribution is built from: local state and build litter (a
 # stale *.egg-info would otherwise feed the sdist its old file list).
@@ -39,16 +43,49 @@ def readme_section() -> str:
     return text[start:end]
 
 
-def readme_blocks() -> list[tuple[str, str]]:
-    """(language, code) of every fenced block of the section, in order, dedented."""
-    blocks = re.findall(r"^( *)```(\w*)\n(.*?)^\1```$", readme_section(), re.M | re.S)
+def readme_blocks(text: str | None = None) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block of the section (or of `text`), in order,
+    dedented."""
+    section = readme_section() if text is None else text
+    blocks = re.findall(r"^( *)```(\w*)\n(.*?)^\1```$", section, re.M | re.S)
     return [(lang, textwrap.dedent(code)) for _, lang, code in blocks]
+
+
+def command_lines(code: str) -> list[str]:
+    return [
+        line for line in code.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def adoption_actions() -> list[str]:
+    """What the user does, in order, from "I have a Django project" to "my command runs under
+    cron": each command line typed, and each block written into a file (settings, crontab.d)."""
+    steps = readme_section().split(WATCH_TITLE)[0]
+    actions = []
+    for lang, code in readme_blocks(steps):
+        if lang == "sh":
+            actions += command_lines(code)
+        else:
+            actions.append(f"write the {lang} block")
+    return actions
+
+
+def pip_install_line(checkout: Path) -> str:
+    """The section's `pip install` line, as typed by a user whose clone is `checkout`."""
+    [line] = [line for line in adoption_actions() if line.startswith("pip install")]
+    assert CHECKOUT_PLACEHOLDER in line, line
+    return line.replace(CHECKOUT_PLACEHOLDER, str(checkout))
+
+
+def clean_checkout(directory: Path) -> Path:
+    """A copy of the repository as a fresh clone has it: no virtualenv, no var/, no litter."""
+    shutil.copytree(REPO, directory, ignore=BUILD_IGNORE)
+    return directory
 
 
 def build_dist(scratch: Path) -> Path:
     """`python -m build` (sdist, then the wheel from it) of a clean copy of the repository."""
-    tree = scratch / "source"
-    shutil.copytree(REPO, tree, ignore=BUILD_IGNORE)
+    tree = clean_checkout(scratch / "source")
     out = scratch / "dist"
     result = subprocess.run(
         [sys.executable, "-m", "build", "--outdir", str(out), str(tree)],
@@ -79,6 +116,8 @@ def user_env(venv: Path, **extra: str) -> dict:
 def make_venv(directory: Path, *packages: str) -> Path:
     """A fresh virtualenv with `packages` pip-installed (the built wheel, not the source tree)."""
     subprocess.run([sys.executable, "-m", "venv", str(directory)], check=True, timeout=300)
+    if not packages:
+        return directory
     result = subprocess.run(
         [str(directory / "bin" / "python"), "-m", "pip", "install", "-q", *packages],
         cwd=directory,
@@ -139,16 +178,13 @@ def write_schedule(project: Path) -> Path:
 
 
 def typed_lines(tabfile: Path) -> list[str]:
-    """Every command line of the section's shell blocks, in order, as the test types them: the
-    `pip install` line is the one substitution for the wheel (installed beforehand), and
+    """Every command line of the section's shell blocks, in order, as the test types them:
     install_crontab works on a file instead of this machine's real crontab."""
     lines = []
     for lang, code in readme_blocks():
         if lang != "sh":
             continue
-        for line in code.splitlines():
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
+        for line in command_lines(code):
             if "install_crontab" in line:
                 line = line.replace("install_crontab", f"install_crontab --tabfile={tabfile}")
             lines.append(line)

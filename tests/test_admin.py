@@ -112,6 +112,10 @@ def test_an_operator_logs_in_sees_the_failed_run_and_reads_its_output(
     assert "2026-11-29 03:00:03" in newest
     assert "3.0s" in newest  # start lag
     assert "web1" in newest
+    assert "2026-11-29" in newest and "Nov. 29" not in newest  # the logical date, as ISO
+    # the outcome filter's labels, capitalised alike
+    labels = page.locator("#changelist-filter li a").all_inner_texts()
+    assert {"Succeeded", "Timed out", "Taken over"} <= set(labels), labels
 
     page.click("#changelist-filter >> text=Failed")
     page.wait_for_url("**/admin/ops/jobrun/?outcome__exact=failed")

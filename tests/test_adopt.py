@@ -1,13 +1,16 @@
 """Adopting cronops in an existing Django project, as README "Add cronops to your project" says.
 
-The distribution is built once per session with `python -m build` from a clean copy of the
-repository; the wheel must hold exactly the app (`ops/`: code, migrations, templates) and
-install into a fresh virtualenv with nothing of this repository next to it. Then a user's
-project, made by `django-admin startproject` with an app of its own, gets the README's steps
-typed into a shell (the code blocks of that section, read from the README): settings, migrate,
-a `crontab.d` file naming the project's own command, `run_job` twice (the slot is claimed, the
-second run is a no-op), `install_crontab` (on a file), `job_status`, and the healthchecks.io
-keys (pings to the `hc` stand-in on 127.0.0.1); on SQLite and on PostgreSQL.
+A fresh virtualenv (with the pip `python -m venv` gives it) gets cronops from a clean copy of
+the repository through the README's own `pip install` line, and its `git+file://` form too.
+Then a user's project, made by `django-admin startproject` with an app of its own, gets the
+README's steps typed into a shell (the code blocks of that section, read from the README):
+settings, migrate, a `crontab.d` file naming the project's own command, one `run_job` by hand
+(the slot is claimed: a second run is a no-op), `install_crontab` (on a file), then
+`job_status` and the healthchecks.io keys (pings to the `hc` stand-in on 127.0.0.1); on SQLite
+and on PostgreSQL. The steps up to install_crontab are at most 8 actions.
+
+The distribution built with `python -m build` must hold exactly the app (`ops/`: code,
+migrations, templates).
 """
 
 import datetime as dt
@@ -26,27 +29,76 @@ import pytest
 from .adopt import (
     WHEEL_NAME,
     add_cronops,
+    adoption_actions,
+    clean_checkout,
     make_venv,
+    pip_install_line,
     readme_blocks,
+    readme_section,
     shell,
     start_project,
     typed_lines,
     user_env,
     write_schedule,
 )
-from .conftest import PG_URL, PING_KEY, REPO, require
+from .conftest import PG_URL, PING_KEY, REPO, made_once, require
 from .hcserver import API_KEY
 from .test_deploy import machine_time_zone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a build and a pip install
 
+# From "I have a Django project" to "my command runs under cron" (the issue's bound).
+MOST_ACTIONS = 8
+
+
+def _installed_as_the_readme_says(directory: Path) -> dict:
+    """A new virtualenv (psycopg in it, as a project on PostgreSQL has), then the README's
+    `pip install` line, typed with a clean clone's path."""
+    checkout = clean_checkout(directory / "cronops")
+    venv = make_venv(directory / "venv", "psycopg[binary]>=3.1")
+    result = shell(pip_install_line(checkout), directory, user_env(venv), timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return {"venv": str(venv)}
+
 
 @pytest.fixture(scope="session")
-def fresh_venv(tmp_path_factory, dist) -> Path:
-    """A new virtualenv with the built wheel (and psycopg, as a project on PostgreSQL has)."""
-    return make_venv(
-        tmp_path_factory.mktemp("venv") / "venv", str(dist / WHEEL_NAME), "psycopg[binary]>=3.1"
+def fresh_venv(tmp_path_factory) -> Path:
+    """A new virtualenv with cronops installed by the README's own line (once per run)."""
+    made = made_once(tmp_path_factory, "adopt-venv", _installed_as_the_readme_says)
+    return Path(made["venv"])
+
+
+def test_the_adoption_is_at_most_eight_actions_ending_with_install_crontab():
+    actions = adoption_actions()
+    print(f"adoption: {len(actions)} actions: {actions}")
+    assert len(actions) <= MOST_ACTIONS, actions
+    assert actions[0].startswith("pip install") and actions[-1].endswith("install_crontab")
+    assert sum("run_job" in action for action in actions) == 1  # one run by hand
+
+
+def test_the_git_form_of_the_install_line_installs_from_a_clone(tmp_path):
+    """The README's alternative, `pip install 'git+file:///path/to/cronops'`, with the pip a
+    new virtualenv has: it installs the clone's committed HEAD."""
+    import re
+
+    [line] = re.findall(r"`(pip install 'git\+file://[^`]+)`", readme_section())
+    checkout = clean_checkout(tmp_path / "cronops")
+    for git in (
+        "git init -q",
+        "git add -A",
+        "git -c user.name=t -c user.email=t@example.com commit -qm clone",
+    ):
+        assert shell(git, checkout, dict(user_env(tmp_path), HOME=str(tmp_path))).returncode == 0
+    venv = make_venv(tmp_path / "venv")
+    typed = line.replace("/path/to/cronops", str(checkout))
+    result = shell(typed, tmp_path, user_env(venv), timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    imported = shell(
+        "python -c 'import ops, ops.schedule.slots, django, cronsim, crontab; print(ops.__file__)'",
+        tmp_path,
+        user_env(venv),
     )
+    assert imported.returncode == 0 and imported.stdout.startswith(str(venv)), imported.stderr
 
 
 def app_files() -> set[str]:
@@ -174,15 +226,13 @@ def test_a_new_user_follows_the_readme_from_pip_install_to_a_monitored_job(
         settings = project / "mysite" / "settings.py"
         settings.write_text(settings.read_text() + pg_settings(url))
 
-    # 1. install: the README's line names the wheel (the fixture installed that very file)
+    # 1. install: the fixture typed the README's line (once for every test)
     lines = typed_lines(tmp_path / "crontab.txt")
-    install = [line for line in lines if line.startswith("pip install")]
-    assert install and install[0].split()[2] == WHEEL_NAME
     # 2. settings, 4. crontab.d: the README's blocks, as written
     add_cronops(project)
     schedule = write_schedule(project)
     assert "send_reminders" in schedule.read_text()
-    # The README's 09:00 moved twelve hours from now: the job runs four times below and must
+    # The README's 09:00 moved twelve hours from now: the job runs five times below and must
     # find one slot each time (a fire time in between would make it two, at 09:00 in CI).
     hour = (dt.datetime.now(ZoneInfo(machine_time_zone())).hour + 12) % 24
     expr = f"0 {hour} * * *"
@@ -209,10 +259,12 @@ def test_a_new_user_follows_the_readme_from_pip_install_to_a_monitored_job(
         outputs.append((line, result))
         assert result.returncode == 0, (line, result.stdout, result.stderr)
 
-    runs = [r for line, r in outputs if "run_job send_reminders" in line]
-    assert len(runs) == 2
-    assert "reminded 3 customers" in runs[0].stdout
-    assert "already done for" in runs[1].stdout and "reminded" not in runs[1].stdout
+    [run] = [r for line, r in outputs if "run_job send_reminders" in line]
+    assert "reminded 3 customers" in run.stdout
+    # "Run it again and it says `already done for <that slot's date>`"
+    second = shell("python manage.py run_job --no-ping send_reminders", project, env)
+    assert second.returncode == 0, second.stderr
+    assert "already done for" in second.stdout and "reminded" not in second.stdout
     assert claims(project, backend, url) == [("send_reminders", "succeeded")]
 
     installed = (tmp_path / "crontab.txt").read_text()

@@ -88,7 +88,7 @@ def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
         timeout=120,
     )
     assert installed.returncode == 0, installed.stderr
-    assert installed.stdout.strip() == "installed 1 jobs: +1 \u22120 ~0"
+    assert installed.stdout.strip() == "installed 1 job: +1 \u22120 ~0"
     assert PING_KEY.encode() not in cron_user.crontab()
     shutil.rmtree(app / "var" / "log")  # run_job --log makes it again (a shell `>>` could not)
 

@@ -1,11 +1,15 @@
-"""The README documents every management command the project ships."""
+"""The README and the reference pages of docs/ document every management command, option,
+setting and system check the project ships; the README stays a front door."""
 
 from pathlib import Path
 
 import pytest
 from django.core.management import get_commands
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text()
+# What the user can read: the README and every page of docs/.
+DOCUMENTED = "\n".join([README, *(p.read_text() for p in sorted((REPO / "docs").glob("*.md")))])
 OURS = sorted(name for name, app in get_commands().items() if app in ("ops", "commands"))
 
 
@@ -14,8 +18,9 @@ def test_the_project_ships_the_commands_of_the_design():
 
 
 @pytest.mark.parametrize("command", OURS)
-def test_every_command_is_in_the_readme_command_table(command):
-    assert f"| `manage.py {command}" in README, f"{command} is missing from README 'Commands'"
+def test_every_command_is_in_the_command_table(command):
+    table = (REPO / "docs" / "commands.md").read_text()
+    assert f"| `manage.py {command}" in table, f"{command} is missing from docs/commands.md"
 
 
 def test_every_run_job_option_is_documented():
@@ -24,7 +29,7 @@ def test_every_run_job_option_is_documented():
     options = {o for a in _build_parser()._actions for o in a.option_strings}
     assert options
     for option in options:
-        assert f"`{option}" in README, option
+        assert f"`{option}" in DOCUMENTED, option
 
 
 DOCS_SETTINGS = (Path(__file__).resolve().parent.parent / "docs" / "settings.md").read_text()
@@ -77,3 +82,13 @@ def test_every_relative_link_of_the_readme_and_docs_points_at_a_file_and_heading
             assert linked.exists(), f"{page.name}: {target}"
             if anchor and linked.suffix == ".md":
                 assert anchor in anchors(linked), f"{page.name}: {target}"
+
+
+def test_the_readme_is_a_front_door():
+    """Read in five minutes: at most 300 lines, none over 100 characters, and a link to
+    every reference page of docs/."""
+    lines = README.splitlines()
+    assert len(lines) <= 300, len(lines)
+    assert [n for n, line in enumerate(lines, 1) if len(line) > 100] == []
+    for page in sorted((REPO / "docs").glob("*.md")):
+        assert f"](docs/{page.name})" in README, f"the README links no docs/{page.name}"

@@ -148,7 +148,7 @@ def test_foreign_lines_survive_install_reinstall_change_and_remove_byte_for_byte
 
     first = install(sqlite_project, "--user", cron_user.name)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip() == f"installed 1 jobs: +1 {MINUS}0 ~0"
+    assert first.stdout.strip() == f"installed 1 job: +1 {MINUS}0 ~0"
     installed = cron_user.crontab()
     assert installed.startswith(FOREIGN)  # every foreign byte, in place, block last
     assert installed.endswith(f"# END cronops {sqlite_project.dir}\n".encode())
@@ -276,7 +276,7 @@ def test_dry_run_prints_a_unified_diff_and_changes_nothing(sqlite_project, tmp_p
     assert f"--- {tab} (installed)" in result.stdout
     assert re.search(r"^\+0 3 \* \* \* cd .* run_job --log=\S+ charge_daily$", result.stdout, re.M)
     assert result.stdout.strip().endswith(
-        f"would have installed 1 jobs: +1 {MINUS}0 ~0 (dry run, nothing changed)"
+        f"would have installed 1 job: +1 {MINUS}0 ~0 (dry run, nothing changed)"
     )
     assert tab.read_bytes() == FOREIGN
     assert not (sqlite_project.dir / "var" / "log").exists()
@@ -290,7 +290,7 @@ def test_check_exits_1_when_an_install_would_change_something_and_0_when_not(
 
     stale = install(sqlite_project, "--tabfile", str(tab), "--check")
     assert stale.returncode == 1
-    assert f"crontab not up to date: would have installed 1 jobs: +1 {MINUS}0 ~0" in stale.stderr
+    assert f"crontab not up to date: would have installed 1 job: +1 {MINUS}0 ~0" in stale.stderr
     assert not tab.exists()
 
     install(sqlite_project, "--tabfile", str(tab))
@@ -508,7 +508,7 @@ def test_an_argument_with_a_unicode_line_separator_installs_reinstalls_changes_a
 
     first = install(sqlite_project, "--user", cron_user.name)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip() == f"installed 1 jobs: +1 {MINUS}0 ~0"
+    assert first.stdout.strip() == f"installed 1 job: +1 {MINUS}0 ~0"
     installed = cron_user.crontab()
     assert installed.startswith(foreign)
     assert shlex.join(args).encode() in our_block(installed, sqlite_project)
@@ -522,12 +522,12 @@ def test_an_argument_with_a_unicode_line_separator_installs_reinstalls_changes_a
     assert diff.returncode == 0, diff.stderr
     assert len([x for x in diff.stdout.split("\n") if x.startswith("+0 3 * * *")]) == 1
     changed = install(sqlite_project, "--user", cron_user.name)
-    assert changed.stdout.strip() == f"installed 1 jobs: +0 {MINUS}0 ~1", changed.stderr
+    assert changed.stdout.strip() == f"installed 1 job: +0 {MINUS}0 ~1", changed.stderr
     assert without_block(cron_user.crontab(), sqlite_project) == foreign
 
     removed = install(sqlite_project, "--user", cron_user.name, "--remove")
     assert removed.returncode == 0, removed.stderr
-    assert removed.stdout.strip() == f"removed 1 jobs from the crontab of {cron_user.name}"
+    assert removed.stdout.strip() == f"removed 1 job from the crontab of {cron_user.name}"
     assert cron_user.crontab() == foreign
 
 

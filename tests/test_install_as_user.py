@@ -48,7 +48,7 @@ def test_the_app_user_installs_into_its_own_crontab_without_root(user_project, c
     result = user_project("install_crontab")
 
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"installed 1 jobs: +1 {MINUS}0 ~0"
+    assert result.stdout.strip() == f"installed 1 job: +1 {MINUS}0 ~0"
     assert cron_user.crontab().startswith(FOREIGN)
     assert user_project("install_crontab").stdout.strip() == "crontab up to date"
     assert user_project("install_crontab", "--remove").returncode == 0

@@ -46,7 +46,7 @@ def test_ten_concurrent_installs_into_one_crontab_keep_every_projects_block(
             results = list(pool.map(install, apps))
         for result in results:
             assert result.returncode == 0, result.stderr
-            assert result.stdout.startswith("installed 1 jobs"), result.stdout
+            assert result.stdout.startswith("installed 1 job"), result.stdout
         text = cron_user.crontab().decode()
         for i in range(PROJECTS):
             assert f"# BEGIN cronops project-{i} " in text, (round_, i, text)

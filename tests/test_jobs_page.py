@@ -43,12 +43,27 @@ def scenario(request, db):
 
 
 @pytest.mark.django_db
-def test_the_jobs_page_shows_every_job_in_job_status_order_with_its_state(scenario, admin_client):
+def test_the_jobs_page_shows_problems_first_then_job_status_order_under_a_summary(
+    scenario, admin_client
+):
     with time_machine.travel(NOW, tick=False):
         page = admin_client.get(JOBS)
     assert page.status_code == 200
     html = page.content.decode()
-    assert rows_of(html) == list(EXPECTED.items())
+    # failing, overdue, never run, running, (paused,) ok; crontab.d's order within a state
+    assert rows_of(html) == [
+        ("bad-job", "failing"),
+        ("late-job", "overdue"),
+        ("new-job", "never run"),
+        ("busy-job", "running"),
+        ("ok-job", "ok"),
+        ("boot-job", "ok"),
+        ("export", "ok"),
+    ]
+    assert sorted(rows_of(html)) == sorted(EXPECTED.items())
+    assert re.search(
+        r'id="cronops-summary">1 failing · 1 overdue · 1 never run · 1 running · 3 ok<', html
+    )
     assert "last run timed out (exit 124), 2 failures in a row" in html
     # bad-job: succeeded, failed, timed out (the skip is not an attempt), oldest first
     assert marks_of(html, "bad-job") == ["succeeded", "failed", "timed_out"]
@@ -148,7 +163,7 @@ def test_times_are_shown_in_time_zone(scenario, admin_client, settings):
         html = admin_client.get(JOBS).content.decode()
     # ok-job fires at 03:00 Tokyo time; at NOW (21:00 Tokyo) the next one is tomorrow's
     row = html.split('data-job="ok-job"', 1)[1].split("</tr>", 1)[0]
-    assert "<td>2026-11-30 03:00</td>" in row
+    assert '<div class="cronops-next" title="next fire time">2026-11-30 03:00</div>' in row
     assert "as of 2026-11-29 21:00 (Asia/Tokyo)" in html
 
 
@@ -158,7 +173,7 @@ def test_a_broken_crontab_d_is_one_line_above_the_jobs_of_the_history(scenario, 
     with time_machine.travel(NOW, tick=False):
         html = admin_client.get(JOBS).content.decode()
     assert re.search(r'class="cronops-error">crontab.d: .*60-bad.cron:1: bad minute', html)
-    assert [job for job, _ in rows_of(html)] == sorted(
+    assert sorted(job for job, _ in rows_of(html)) == sorted(
         j for j in EXPECTED if j != "new-job"
     )  # the declared jobs become ad hoc; the never-run one is unknown without crontab.d
 

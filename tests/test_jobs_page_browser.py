@@ -178,14 +178,16 @@ def test_the_jobs_page_served_with_debug_off_is_styled_and_pictures_the_history(
             (jobs.nth(i).get_attribute("data-job"), jobs.nth(i).get_attribute("data-state"))
             for i in range(jobs.count())
         ]
-        assert states == [
-            ("billing", "ok"),
+        assert states == [  # problems first
             ("sweeper", "failing"),
             ("reindex", "overdue"),
-            ("export", "running"),
             ("fresh", "never run"),
+            ("export", "running"),
+            ("billing", "ok"),
             ("one-off", "ok"),
         ]
+        summary = "1 failing · 1 overdue · 1 never run · 1 running · 2 ok"
+        assert page.inner_text("#cronops-summary") == summary
         for job, state in states:  # each state in its colour
             badge = f"tr[data-job='{job}'] .cronops-state"
             assert style(page, badge) == rgb(jobs_page.STATE_COLOURS[state])
@@ -207,8 +209,8 @@ def test_the_jobs_page_served_with_debug_off_is_styled_and_pictures_the_history(
 
         # times in TIME_ZONE: the next fire is tomorrow's slot, in Tokyo time
         next_fire = (facts["latest"].at + dt.timedelta(days=1)).astimezone(TZ)
-        cells = page.locator("tr[data-job='billing'] td")
-        assert cells.nth(3).inner_text() == next_fire.strftime("%Y-%m-%d %H:%M")
+        shown = page.inner_text("tr[data-job='billing'] .cronops-next")
+        assert shown == next_fire.strftime("%Y-%m-%d %H:%M")
         shot(page, "jobs-page.png")
 
         page.click("tr[data-job='billing'] th a")
@@ -244,3 +246,28 @@ def test_the_jobs_page_served_with_debug_off_is_styled_and_pictures_the_history(
         assert runs.count() == 2
         assert "Succeeded" in runs.nth(0).inner_text()
         assert "Failed" in runs.nth(1).inner_text()
+
+
+def page_width(page) -> int:
+    return page.evaluate("document.documentElement.scrollWidth")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1280, 1024])
+def test_the_jobs_page_and_a_calendar_fit_the_window_without_a_horizontal_scroll(
+    served, tmp_path, width
+):
+    """A laptop's 1,280 px and a small window's 1,024 px: the page is no wider than its
+    viewport, every column (the strip and the sparkline too) inside it."""
+    server, _, _ = served
+    with chromium_page(tmp_path / "chromium-profile", width=width, height=800) as page:
+        log_in(page, server.url, USER, PASSWORD)
+        for path, name in (("/admin/ops/job/", "jobs"), ("/admin/ops/job/billing/", "calendar")):
+            page.goto(server.url + path)
+            assert page_width(page) <= width, (name, page_width(page))
+            shot(page, f"{name}-{width}.png")
+            right = page.evaluate(
+                "Math.max(...[...document.querySelectorAll('#cronops-jobs th, #cronops-jobs td,"
+                " svg.cronops-spark')].map(e => e.getBoundingClientRect().right))"
+            )
+            assert right <= width, (name, right)

@@ -233,7 +233,7 @@ def test_the_table_lists_declared_jobs_in_file_order_then_ad_hoc_jobs(cron_dir):
     assert order == ["ok-job", "late-job", "bad-job", "busy-job", "new-job", "boot-job", "export"]
     ok_row = lines[1]
     assert "2026-11-30 03:00" in ok_row  # next fire
-    assert "2026-11-29 03:00 (2026-11-29)" in ok_row  # last success and its logical date
+    assert "2026-11-29 03:00 slot " in ok_row  # the slot (and logical date) it served
     assert "succeeded (0)" in ok_row
     assert "6.0s/5.0s" in ok_row  # last duration / median
     assert "(ad hoc)" in lines[7]
@@ -713,3 +713,22 @@ def test_job_history_into_a_pipe_closed_early_exits_quietly(sqlite_project):
     stderr = proc.stderr.read()
     assert proc.wait(timeout=60) == 0, stderr
     assert stderr == ""
+
+
+@pytest.mark.django_db
+def test_job_history_widens_its_slot_column_for_wall_clock_keys():
+    from django.core.management import call_command
+
+    from ops.models import JobRun
+
+    started = at("2026-10-25 00:30:05")
+    JobRun.objects.create(
+        job="metrics", slot="2026-10-25 02:30+02:00", outcome="succeeded", exit_code=0,
+        started_at=started, finished_at=started, duration=0.5, host="web1", pid=1,
+    )  # fmt: skip
+    out = io.StringIO()
+    call_command("job_history", stdout=out)
+    header, row, _ = out.getvalue().splitlines()
+    # every column starts where its title does: the key does not push the outcome along
+    assert row.index("succeeded") == header.index("outcome")
+    assert "2026-10-25 02:30+02:00 succeeded" in row

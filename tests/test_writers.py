@@ -227,6 +227,6 @@ def test_sigterm_ends_a_claim_waiting_for_the_jobs_claim_lock_at_once(pg_project
 
 
 def test_the_bound_and_the_advice_are_in_the_readme():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "run_job.md").read_text()
     assert f"{patience.LOCK_WAIT / 60:.0f} minutes" in readme
     assert "PRAGMA busy_timeout" in readme

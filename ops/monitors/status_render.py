@@ -47,7 +47,7 @@ def _pause_json(s: JobStatus, tz: ZoneInfo) -> dict | None:
 
 
 def to_json(report: Report) -> dict:
-    """The `--json` document (schema in the README; `schema` bumps on incompatible changes)."""
+    """The `--json` document (schema: docs/operating.md; `schema` bumps when a field changes)."""
     tz = report.tz
     return {
         "schema": SCHEMA_VERSION,
@@ -92,15 +92,32 @@ COLUMNS = (
 )
 
 
+def success_words(run: JobRun | None, grace: float | None, tz: ZoneInfo) -> str:
+    """The last success as an operator reads it: the slot it served ("2026-11-29 03:00 slot",
+    whose date is the logical date), and when it ran if that was later than the job's grace
+    (a past date run by hand: "2026-01-15 03:00 slot, ran 2026-12-02 07:47"), so that a
+    late by-hand run never reads as the job's latest day. A run without a slot: its start."""
+    if run is None:
+        return "-"
+    ran = fmt_time(run.started_at, tz)
+    if run.scheduled_at is not None:
+        served = f"{fmt_time(run.scheduled_at, tz)} slot"
+        late = (run.started_at - run.scheduled_at).total_seconds()
+    elif run.logical_date is not None:
+        served = f"{run.logical_date.isoformat()} slot"
+        late = None  # an unscheduled command's date: no fire time to be late for
+    else:
+        return ran
+    if late is None or late > (grace or 0):
+        return f"{served}, ran {ran}"
+    return served
+
+
 def table_rows(report: Report) -> list[tuple[str, ...]]:
     tz = report.tz
     rows: list[tuple[str, ...]] = []
     for s in report.jobs:
-        success = "-"
-        if s.last_success is not None:
-            success = fmt_time(s.last_success.started_at, tz)
-            if s.last_success.logical_date:
-                success += f" ({s.last_success.logical_date.isoformat()})"
+        success = success_words(s.last_success, s.grace, tz)
         last = "-"
         if s.last_run is not None:
             last = s.last_run.outcome.replace("_", " ")

@@ -162,9 +162,9 @@ def _holder_fields(identity: process.Identity, host: str, heartbeat: float) -> d
 
 
 def _same_slot(job: str, slot: Slot):
-    """Claims of the same job under other keys that stand for `slot` (README, "Slots, logical
-    dates and claims"): the same instant under any key (another TIME_ZONE's wall clock, or a
-    once-a-day key whose claim ran at that instant); and for a slot keyed by date, any claim of
+    """Claims of the same job under other keys that stand for `slot` (docs/run_job.md, "Slots,
+    logical dates and claims"): the same instant under any key (another TIME_ZONE's wall clock,
+    or a once-a-day key whose claim ran at that instant); and for a slot keyed by date, any claim of
     its logical date (the job's earlier several-a-day schedule, or a key from before the upgrade).
     A once-a-day claim covers the one instant it ran for, not the other slots of a day that now
     has several."""

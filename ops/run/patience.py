@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from django.db import DatabaseError, connection
 
-LOCK_WAIT = 300.0  # seconds run_job waits for another writer (README, "SQLite and long writes")
+LOCK_WAIT = 300.0  # seconds run_job waits for another writer (docs/run_job.md, "SQLite")
 TRY = 0.5  # seconds one statement may wait for a lock
 PAUSE = 0.1  # seconds between two tries
 SAY_AFTER = 5.0  # seconds of waiting before it is said: 20 jobs starting at once wait less

@@ -11,7 +11,7 @@ by-hand date slot of an unscheduled command) go too, the same way: a minutely jo
 ~525,000 a year. Kept whatever their age: each job's first claim and latest succeeded claim (by
 slot instant), and every claim still `running`. That is all catch-up and job_status need:
 catch-up never runs a slot at or before the latest succeeded one nor before the first claim
-(README, "the catch-up floor"), so pruning never changes what it runs; job_status looks
+(docs/run_job.md, "the catch-up floor"), so pruning never changes what it runs; job_status looks
 at the due slot (younger than any sensible cut-off) and at the latest success. What goes: the
 record that an older slot was done, so a by-hand `--logical-date` run of a date older than the
 cut-off runs again (the command's own idempotency, like charge_daily's unique charge per day,

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..monitors.redact import Redactor
 from .crontabd import Job, Schedule
 
-# install_crontab's exit codes (README, "install_crontab").
+# install_crontab's exit codes (docs/schedule.md, "install_crontab").
 EXIT_OK = 0
 EXIT_WOULD_CHANGE = 1  # --check only
 EXIT_CRONTABD = 2  # crontab.d has an error, or bad usage

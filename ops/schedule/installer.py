@@ -330,6 +330,10 @@ class Result:
     message: str = ""  # the summary: "installed N jobs: …" or "removed N jobs from …"
 
 
+def jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
 def project_paths(settings) -> Paths:
     base = conf.base_dir(settings)
     return Paths(
@@ -468,9 +472,9 @@ def _install(target, block, origins, crontab_id, settings, dry_run, check, log_d
     if new == old:
         return Result(False, summary, ["crontab up to date"])
     if remove:
-        message = f"removed {len(block_jobs(old_block))} jobs from {target.describe()}"
+        message = f"removed {jobs(len(block_jobs(old_block)))} from {target.describe()}"
     else:
-        message = f"installed {summary.total} jobs: {summary}"
+        message = f"installed {jobs(summary.total)}: {summary}"
     if dry_run or check:
         diff = difflib.unified_diff(
             cron_lines(old),

@@ -26,8 +26,12 @@ class Command(BaseCommand):
         if job:
             runs = runs.filter(job=job)
         rows = list(runs[:limit])
+        # The job and slot columns are as wide as their longest value (a wall-clock slot key,
+        # "2026-10-25 02:30+02:00", is 22 characters), never less than before.
+        job_width = max([16, *(len(run.job) for run in rows)])
+        slot_width = max([16, *(len(run.slot) for run in rows)])
         self.stdout.write(
-            f"{'started':<19}  {'job':<16} {'slot':<16} {'outcome':<10} "
+            f"{'started':<19}  {'job':<{job_width}} {'slot':<{slot_width}} {'outcome':<10} "
             f"{'exit':>4} {'secs':>6}  note"
         )
         for run in rows:
@@ -35,7 +39,7 @@ class Command(BaseCommand):
             exit_code = "" if run.exit_code is None else run.exit_code
             secs = "" if run.duration is None else f"{run.duration:.2f}"
             self.stdout.write(
-                f"{started:<19}  {run.job:<16} {run.slot:<16} {run.outcome:<10} "
-                f"{exit_code!s:>4} {secs:>6}  {run.note}"
+                f"{started:<19}  {run.job:<{job_width}} {run.slot:<{slot_width}} "
+                f"{run.outcome:<10} {exit_code!s:>4} {secs:>6}  {run.note}".rstrip()
             )
         self.stdout.write(f"{len(rows)} runs shown")

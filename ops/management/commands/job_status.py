@@ -40,7 +40,7 @@ class Command(BaseCommand):
             choices=FORMATS,
             default=None,
             dest="fmt",
-            help="table (default), json (see the README) or prometheus (text exposition)",
+            help="table (default), json (docs/operating.md) or prometheus (text exposition)",
         )
         parser.add_argument("--json", action="store_true", dest="as_json", help="--format=json")
         parser.add_argument(
