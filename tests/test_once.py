@@ -11,8 +11,9 @@ import sys
 
 import pytest
 import time_machine
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.transaction import TransactionManagementError
+from django.utils import timezone
 
 from commands.models import Subscription
 from ops import once
@@ -56,6 +57,22 @@ def test_once_is_true_for_the_first_run_of_a_slot_and_false_for_every_redo(held)
         ("t", "2026-11-30", "charge 1", 8, 1),
         ("other", "2026-11-29", "charge 1", 9, 1),
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_clash_that_is_not_the_mark_is_raised_and_never_taken_for_done(held):
+    """An INSERT that fails for another reason than the mark (on PostgreSQL, a primary-key
+    sequence behind its table after a restore; anywhere, a CHECK constraint) is an error, not
+    "another run did it": the new effect would be skipped for good."""
+    if connection.vendor == "postgresql":
+        Effect.objects.create(pk=50, job="x", slot="s", key="k", created_at=timezone.now())
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT setval(pg_get_serial_sequence('ops_effect', 'id'), 49)")
+    else:  # SQLite's AUTOINCREMENT never reuses an id: break the version's CHECK instead
+        claims.enter(claims.HeldClaim(job="t", slot="2026-11-29", version=-1, run_id=7))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        once("a new effect")
+    assert not Effect.objects.filter(key="a new effect").exists()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -268,6 +268,31 @@ def test_effects_done_once_go_by_the_same_cut_off_and_the_summary_counts_them():
 
 
 @pytest.mark.django_db
+def test_the_effects_of_a_slot_whose_claim_is_kept_stay_marked_done():
+    """A yearly job's only success is older than the cut-off: its claim is kept (catch-up's
+    floor, job_status), so a --force run of that slot is still "done" and must find its
+    effects done too; the effects of a slot whose claim went, go."""
+    kept = make_run("yearly", 200)  # its first and latest succeeded claim: kept
+    make_run("daily", 200), make_run("daily", 150), make_run("daily", 1)
+    for run in (kept, *JobRun.objects.filter(job="daily")):
+        Effect.objects.create(
+            job=run.job, slot=run.slot, key="pay ann", run_id=run.pk, version=1,
+            created_at=run.started_at,
+        )  # fmt: skip
+    dry = prune("--older-than=90d", "--dry-run", "-v2")
+    assert (
+        "yearly: " not in dry or "effects done once" not in dry.split("yearly: ")[1].split("\n")[0]
+    )
+    prune("--older-than=90d")
+    assert SlotClaim.objects.filter(job="yearly").exists()
+    left = set(Effect.objects.values_list("job", "slot"))
+    daily_150 = time_key(NOW - dt.timedelta(days=150))
+    assert ("yearly", kept.slot) in left  # its claim stays: so does the mark
+    assert ("daily", daily_150) not in left  # neither the first nor the latest success: gone
+    assert ("daily", time_key(NOW - dt.timedelta(days=1))) in left
+
+
+@pytest.mark.django_db
 def test_a_bad_duration_is_one_line_and_exit_2():
     with pytest.raises(CommandError) as error:
         prune("--older-than=ninety days")

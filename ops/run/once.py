@@ -43,9 +43,10 @@ def once(key: str) -> bool:
             f"ops.once({key!r}) outside transaction.atomic() would mark the effect done apart "
             "from the effect itself: call it first inside the transaction that does the effect"
         )
+    effects = Effect.objects.using(alias)
     try:
         with transaction.atomic(using=alias):  # a savepoint
-            Effect.objects.using(alias).create(
+            effects.create(
                 job=claim.job,
                 slot=claim.slot,
                 key=key,
@@ -54,5 +55,9 @@ def once(key: str) -> bool:
                 created_at=timezone.now(),
             )
     except IntegrityError:
-        return False
+        # Only the mark itself means "done": another clash (a primary-key sequence behind its
+        # table after a restore) would otherwise skip a new effect for good.
+        if effects.filter(job=claim.job, slot=claim.slot, key=key).exists():
+            return False
+        raise
     return True

@@ -17,9 +17,10 @@ record that an older slot was done, so a by-hand `--logical-date` run of a date 
 cut-off runs again (the command's own idempotency, like charge_daily's unique charge per day,
 still applies).
 
-The effects marked by `ops.once(key)` go by the same cut-off, by when they were marked (never
-before their slot, so never before its claim could go): a by-hand run of a slot older than
-the cut-off may then do its effects again, as it may run again.
+The effects marked by `ops.once(key)` go by the same cut-off, by when they were marked, except
+those of a slot whose claim is kept: while the claim says "done", `--force` must still find its
+effects done. A by-hand run of a slot whose claim went may do its effects again, as it may run
+again.
 """
 
 import datetime as dt
@@ -78,21 +79,23 @@ def _delete_in_batches(rows, model, batch: int, before=None) -> int:
         count += len(ids)
 
 
+def _old_claims(job: str, cutoff: dt.datetime):
+    """The claims of `job` that a prune at `cutoff` deletes."""
+    return (
+        SlotClaim.objects.filter(job=job)
+        .filter(Q(scheduled_at__lt=cutoff) | Q(scheduled_at__isnull=True, started_at__lt=cutoff))
+        .exclude(state=Outcome.RUNNING)
+        .exclude(pk__in=_kept_claims(job))
+    )
+
+
 def prune_claims(
     result: "PruneResult", *, dry_run: bool, batch: int, job: str | None = None
 ) -> None:
     """Delete (or count) the claims of slots older than the cut-off, of every job or only of
     `job`; see the module's doc."""
-    cutoff = result.cutoff
     for name in [job] if job is not None else history_job_names(SlotClaim):
-        old = (
-            SlotClaim.objects.filter(job=name)
-            .filter(
-                Q(scheduled_at__lt=cutoff) | Q(scheduled_at__isnull=True, started_at__lt=cutoff)
-            )
-            .exclude(state=Outcome.RUNNING)
-            .exclude(pk__in=_kept_claims(name))
-        )
+        old = _old_claims(name, result.cutoff)
         count = old.count() if dry_run else _delete_in_batches(old, SlotClaim, batch)
         if count:
             result.claims_per_job[name] = count
@@ -102,9 +105,14 @@ def prune_claims(
 def prune_effects(
     result: "PruneResult", *, dry_run: bool, batch: int, job: str | None = None
 ) -> None:
-    """Delete (or count) the effects `ops.once` marked before the cut-off."""
+    """Delete (or count) the effects `ops.once` marked before the cut-off, but not those of a
+    slot that still has its claim (prune_claims runs first)."""
     for name in [job] if job is not None else history_job_names(Effect):
-        old = Effect.objects.filter(job=name, created_at__lt=result.cutoff)
+        old_claims = _old_claims(name, result.cutoff).values("pk")
+        claimed = SlotClaim.objects.filter(job=name).exclude(pk__in=old_claims).values("slot")
+        old = Effect.objects.filter(job=name, created_at__lt=result.cutoff).exclude(
+            slot__in=claimed
+        )
         count = old.count() if dry_run else _delete_in_batches(old, Effect, batch)
         if count:
             result.effects_per_job[name] = count
