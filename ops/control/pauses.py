@@ -119,7 +119,8 @@ def pause(
     tz: ZoneInfo,
 ) -> "tuple[JobPause, CheckResult | None]":
     """Pause `name` (or change the until and reason of its pause): (the pause, what happened to
-    its healthchecks.io check, None when it was paused already)."""
+    its healthchecks.io check, None when this or an earlier pause holds it paused already). A
+    pause whose check could not be paused tries again (pausing a paused check is no error)."""
     reason = " ".join(reason.split())[:300]
     shown = f"until {local(until, tz)} {tz}" if until else "until resumed"
     try:
@@ -134,19 +135,25 @@ def pause(
                 actions.record(
                     JobAction.Kind.PAUSE, name, by, now, note=f"changed: {shown}: {reason}"
                 )
-                return current, None
-            row = JobPause.objects.create(
-                job=name, paused_by=by[:150], since=now, until=until, reason=reason
-            )
-            actions.record(JobAction.Kind.PAUSE, name, by, now, note=f"{shown}: {reason}")
-            owed = JobPause.objects.filter(job=name, check_paused=True).exclude(pk=row.pk)
-            held = owed.first()
-            if held is not None:  # its check is still paused from an earlier pause: keep it so
-                owed.update(check_paused=False)
-                row.check_uuid, row.check_paused = held.check_uuid, True
-                row.check_manual_resume, row.check_note = held.check_manual_resume, held.check_note
-                row.save()
-                return row, None
+                if current.check_paused:
+                    return current, None
+                # Its check is not paused (the server could not be reached, or there is no
+                # check to pause): try again. Pausing a paused check is no error there.
+                row = current
+            else:
+                row = JobPause.objects.create(
+                    job=name, paused_by=by[:150], since=now, until=until, reason=reason
+                )
+                actions.record(JobAction.Kind.PAUSE, name, by, now, note=f"{shown}: {reason}")
+                owed = JobPause.objects.filter(job=name, check_paused=True).exclude(pk=row.pk)
+                held = owed.first()
+                if held is not None:  # its check is still paused from an earlier pause: so kept
+                    owed.update(check_paused=False)
+                    row.check_uuid, row.check_paused = held.check_uuid, True
+                    row.check_manual_resume = held.check_manual_resume
+                    row.check_note = held.check_note
+                    row.save()
+                    return row, None
     except IntegrityError:  # paused by someone else at this very moment: theirs stands
         current = open_pause(name)
         assert current is not None, "the pause that made ours a duplicate"
@@ -154,8 +161,10 @@ def pause(
     from ..monitors import hcpause
 
     result = hcpause.pause_check(name, job)
-    row.check_uuid, row.check_paused = result.uuid, result.paused
-    row.check_manual_resume, row.check_note = result.manual_resume, result.note[:300]
+    row.check_uuid, row.check_paused = result.uuid or row.check_uuid, result.paused
+    if result.manual_resume is not None:  # else kept: an earlier try set manual_resume already
+        row.check_manual_resume = result.manual_resume
+    row.check_note = result.note[:300]
     row.save(update_fields=["check_uuid", "check_paused", "check_manual_resume", "check_note"])
     return row, result
 
