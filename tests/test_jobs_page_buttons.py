@@ -370,3 +370,25 @@ def test_a_run_post_without_its_pages_token_starts_nothing(daily, operator, spaw
         late = operator.post(url("run", date="2026-11-20"), {"token": token_of(page)})
         assert "over an hour old" in late.content.decode()
     assert not JobAction.objects.exists() and spawned == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("date", "why"),
+    [
+        ("1969-12-31", "bad date &#x27;1969-12-31&#x27;: logical dates start at 1970-01-01"),
+        ("20261120", "bad date &#x27;20261120&#x27;: use YYYY-MM-DD"),
+        ("2026-W47-1", "bad date &#x27;2026-W47-1&#x27;: use YYYY-MM-DD"),
+    ],
+)
+def test_run_again_refuses_a_date_run_job_refuses_in_its_words(daily, operator, spawned, date, why):
+    """Issue 22, item 4. Before: fromisoformat took them (1969-12-31 as a day, 20261120 and
+    2026-W47-1 as 2026-11-20 and 2026-11-16): confirmation shown, the POST recorded an action
+    and started run_job, which exited 2."""
+    with time_machine.travel(CAL_NOW, tick=False):
+        page = operator.get(url("run", date=date)).content.decode()
+        assert why in page
+        assert 'input type="submit"' not in page
+        answer = operator.post(url("run", date=date), {"date": date, "token": token_of(page)})
+        assert why in answer.content.decode()
+    assert not JobAction.objects.exists() and spawned == []

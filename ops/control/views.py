@@ -6,7 +6,6 @@ confirmations and the action pages included, are for staff with `ops.run_job`: a
 gets 403 (the admin sends anonymous users to its login first).
 """
 
-import datetime as dt
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -19,6 +18,7 @@ from django.utils import timezone
 
 from .. import conf
 from ..models import JobAction
+from ..schedule.options import logical_date
 from . import pauses, runnow
 from .until import SPELLINGS, parse_until
 
@@ -113,14 +113,20 @@ def run_view(admin, request, name: str):
     def asked(key: str) -> str:  # the confirmation's form, else the link's query
         return request.POST.get(key) or request.GET.get(key) or ""
 
-    try:
-        day = dt.date.fromisoformat(asked("date")) if asked("date") else None
-    except ValueError:
-        raise Http404("bad date") from None
+    text, refused = asked("date"), ""
+    try:  # run_job's own rules for --logical-date, and its words
+        day = logical_date(text) if text else None
+    except ValueError as exc:
+        day, refused = None, str(exc)
     force = asked("force") == "1"
     tz, now = ZoneInfo(settings.TIME_ZONE), timezone.now()
-    state = runnow.slot_state(name, job, day, now=now, tz=tz)
+    if refused:
+        state = runnow.SlotState(runnow.INVALID, refused)
+    else:
+        state = runnow.slot_state(name, job, day, now=now, tz=tz)
     argv = runnow.run_job_argv(name, day, force)
+    if refused:  # the command as it was asked for, refused
+        argv.insert(2, f"--logical-date={text[:40]}")
     startable = state.kind == runnow.FREE or (state.kind == runnow.DONE and force)
     error, status, action_url = "", 200, ""
     if request.method == "POST" and startable:
@@ -153,7 +159,7 @@ def run_view(admin, request, name: str):
     run_url = ""
     if state.run_id is not None:
         run_url = reverse("admin:ops_jobrun_change", args=[state.run_id])
-    what = f"Run {name} again for {day}?" if day else f"Run {name} now?"
+    what = f"Run {name} again for {day or text[:40]}?" if text else f"Run {name} now?"
     offer_force = state.kind == runnow.DONE and not force and not action_url
     page = _page(
         admin,
