@@ -392,3 +392,31 @@ def test_run_again_refuses_a_date_run_job_refuses_in_its_words(daily, operator, 
         answer = operator.post(url("run", date=date), {"date": date, "token": token_of(page)})
         assert why in answer.content.decode()
     assert not JobAction.objects.exists() and spawned == []
+
+
+@pytest.mark.django_db
+def test_an_until_in_a_dst_gap_is_echoed_as_the_time_it_is_and_audit_notes_use_time_zone(
+    tmp_path, settings
+):
+    """Issue 22, item 5. Before: `--until=2027-03-28T02:30` in Berlin (a time the clocks skip)
+    was echoed `until 2027-03-28 02:30` while job_status showed 03:30+02:00; the resume's
+    audit note said `since 2026-12-02 10:30`, in unlabelled UTC."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.TIME_ZONE = "Europe/Berlin"
+    settings.OPS_CRONTAB_DIR = tmp_path
+    (tmp_path / "t.cron").write_text("0 3 * * * --name=nightly sleep_demo --seconds=0\n")
+    until = parse_until("2027-03-28T02:30", NOW, BERLIN)
+    assert until.isoformat() == "2027-03-28T03:30:00+02:00"
+    out = StringIO()
+    with time_machine.travel(NOW, tick=False):
+        call_command("job_pause", "nightly", "--until=2027-03-28T02:30", stdout=out)
+        call_command("job_resume", "nightly", stdout=StringIO())
+    assert "until 2027-03-28 03:30 Europe/Berlin" in out.getvalue()
+    assert JobPause.objects.get().until == until
+    note = JobAction.objects.get(kind="resume").note
+    assert note.endswith("since 2026-12-02 11:30 Europe/Berlin resumed"), note
+    changed = JobAction.objects.get(kind="pause").note
+    assert changed.startswith("until 2027-03-28 03:30 Europe/Berlin"), changed

@@ -36,7 +36,9 @@ Write = Callable[[Callable[[], T]], T]
 
 
 def local(value: dt.datetime, tz: ZoneInfo) -> str:
-    return value.astimezone(tz).strftime("%Y-%m-%d %H:%M")
+    """`value` in `tz`, normalised (through UTC: a wall-clock time a DST gap skips, say
+    02:30 in Berlin on 2027-03-28, shows as the instant it is, 03:30)."""
+    return value.astimezone(dt.UTC).astimezone(tz).strftime("%Y-%m-%d %H:%M")
 
 
 def describe(pause: JobPause, tz: ZoneInfo) -> str:
@@ -235,7 +237,7 @@ def _end_now(pause: JobPause, now: dt.datetime, by: str, tz: ZoneInfo) -> bool:
     if won:
         pause.ended_at, pause.ended_by = ended_at, ended_by
         what = "ended at its --until" if ended_by == actions.UNTIL else "resumed"
-        note = f"the pause by {pause.paused_by} since {pause.since:%Y-%m-%d %H:%M} {what}"
+        note = f"the pause by {pause.paused_by} since {local(pause.since, tz)} {tz} {what}"
         actions.record(JobAction.Kind.RESUME, pause.job, ended_by, now, note=note)
     return bool(won)
 
