@@ -2,7 +2,8 @@
 started as a process of its own, exactly as cron starts it.
 
 The web request never runs job code. It looks at the slot first (paused, running or done: said,
-nothing started), records the action (ops/control/actions.py), then starts `run_job
+nothing started), records the action (ops/control/actions.py; once per confirmation page, also
+with --force: `record_once`), then starts `run_job
 --log=OPS_LOG_DIR/<job>.log [--logical-date=D] [--force] <job>` through `/bin/sh -c '"$@" &'`:
 the shell puts run_job in the background and exits at once, so run_job is nobody's child in the
 web server (init reaps it; a worker that is recycled or a server that restarts does not end it),
