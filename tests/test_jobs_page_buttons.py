@@ -7,10 +7,12 @@ tests/test_jobs_page_actions_browser.py."""
 import datetime as dt
 import os
 import re
+import threading
 from zoneinfo import ZoneInfo
 
 import pytest
 import time_machine
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -42,6 +44,18 @@ def spawned(monkeypatch):
 def operator(db, client):
     client.force_login(staff("operator", "view_jobrun", "run_job"))
     return client
+
+
+def token_of(html: str) -> str:
+    """The signed token of a confirmation page's form (what its POST may start, and when)."""
+    found = re.search(r'name="token" value="([^"]+)"', html)
+    return found[1] if found else ""
+
+
+def confirmed(client, target: str, **data):
+    """The confirmation page of `target` (a run URL with its query) shown, then its POST."""
+    token = token_of(client.get(target).content.decode())
+    return client.post(target, {**data, "token": token})
 
 
 def buttons(html: str) -> list[str]:
@@ -149,7 +163,7 @@ def test_run_now_on_a_running_slot_and_run_again_on_a_done_day_say_so_and_start_
         assert "2026-11-28 is done already" in done
         assert 'value="Run it again (--force)"' in done
         assert spawned == []
-        forced = operator.post(url("run"), {"date": "2026-11-28", "force": "1"})
+        forced = confirmed(operator, url("run", date="2026-11-28"), date="2026-11-28", force="1")
     action = JobAction.objects.get()
     assert forced.status_code == 302
     assert forced["Location"] == reverse("admin:ops_job_action", args=["daily", action.pk])
@@ -169,7 +183,7 @@ def test_run_now_on_a_free_slot_starts_run_job_and_answers_at_once_with_the_acti
     daily, operator, spawned
 ):
     with time_machine.travel(CAL_NOW, tick=False):
-        answer = operator.post(url("run", date="2026-11-20"))  # the missing day
+        answer = confirmed(operator, url("run", date="2026-11-20"))  # the missing day
         page = operator.get(answer["Location"]).content.decode()
     action = JobAction.objects.get()
     assert (action.kind, action.username, action.logical_date) == (
@@ -283,7 +297,7 @@ def test_the_audit_trail_lists_every_action_with_who_and_when_read_only(daily, o
     with time_machine.travel(CAL_NOW, tick=False):
         operator.post(url("pause"), {"reason": "migration"})
         operator.post(url("resume"))
-        operator.post(url("run", date="2026-11-20"))
+        confirmed(operator, url("run", date="2026-11-20"))
     client = Client()
     client.force_login(staff("auditor", "view_jobaction"))
     page = client.get(reverse("admin:ops_jobaction_changelist")).content.decode()
@@ -295,3 +309,114 @@ def test_the_audit_trail_lists_every_action_with_who_and_when_read_only(daily, o
     assert "addlink" not in page and "Delete" not in page
     action = JobAction.objects.first()
     assert client.post(reverse("admin:ops_jobaction_change", args=[action.pk])).status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_double_click_on_run_it_again_force_starts_one_run(daily, spawned):
+    """Issue 22, item 3. Before: two POSTs at once of "Run it again (--force)" recorded two
+    actions and started two runs of one slot (--force passes the claim)."""
+    clients = []
+    for _ in range(2):
+        client = Client()
+        clients.append(client)
+    user = staff("operator", "view_jobrun", "run_job")
+    for client in clients:
+        client.force_login(user)
+    target = url("run", date="2026-11-28")
+    answers: list = [None, None]
+    with time_machine.travel(CAL_NOW, tick=False):
+        page = clients[0].get(target).content.decode()
+        assert 'value="Run it again (--force)"' in page
+        form = {"date": "2026-11-28", "force": "1", "token": token_of(page)}
+        barrier = threading.Barrier(2)
+
+        def click(i: int) -> None:
+            try:
+                barrier.wait(10)
+                answers[i] = clients[i].post(target, form)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=click, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    [action] = JobAction.objects.all()
+    assert len(spawned) == 1 and spawned[0][1] == action.pk
+    assert sorted(a.status_code for a in answers) == [302, 409]
+    [refused] = [a for a in answers if a.status_code == 409]
+    text = refused.content.decode()
+    assert f"already started by operator at 2026-11-29 12:00 UTC: see action #{action.pk}" in text
+    assert reverse("admin:ops_job_action", args=["daily", action.pk]) in text
+    assert 'input type="submit"' not in text
+    # the page shown again (a reload, or the back button) may be posted once more
+    with time_machine.travel(CAL_NOW + dt.timedelta(minutes=1), tick=False):
+        again = confirmed(clients[0], target, date="2026-11-28", force="1")
+    assert again.status_code == 302 and JobAction.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_run_post_without_its_pages_token_starts_nothing(daily, operator, spawned):
+    with time_machine.travel(CAL_NOW, tick=False):
+        other = token_of(operator.get(url("run", date="2026-11-21")).content.decode())
+        for token in ("", "forged", other):  # none, not signed, another date's
+            answer = operator.post(url("run", date="2026-11-20"), {"token": token})
+            page = answer.content.decode()
+            assert answer.status_code == 200
+            assert "this confirmation is not this page&#x27;s, or is over an hour old" in page
+            assert 'value="Yes, run it"' in page  # confirm again, with a token of its own
+    with time_machine.travel(CAL_NOW + dt.timedelta(hours=2), tick=False):
+        late = operator.post(url("run", date="2026-11-20"), {"token": token_of(page)})
+        assert "over an hour old" in late.content.decode()
+    assert not JobAction.objects.exists() and spawned == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("date", "why"),
+    [
+        ("1969-12-31", "bad date &#x27;1969-12-31&#x27;: logical dates start at 1970-01-01"),
+        ("20261120", "bad date &#x27;20261120&#x27;: use YYYY-MM-DD"),
+        ("2026-W47-1", "bad date &#x27;2026-W47-1&#x27;: use YYYY-MM-DD"),
+    ],
+)
+def test_run_again_refuses_a_date_run_job_refuses_in_its_words(daily, operator, spawned, date, why):
+    """Issue 22, item 4. Before: fromisoformat took them (1969-12-31 as a day, 20261120 and
+    2026-W47-1 as 2026-11-20 and 2026-11-16): confirmation shown, the POST recorded an action
+    and started run_job, which exited 2."""
+    with time_machine.travel(CAL_NOW, tick=False):
+        page = operator.get(url("run", date=date)).content.decode()
+        assert why in page
+        assert 'input type="submit"' not in page
+        answer = operator.post(url("run", date=date), {"date": date, "token": token_of(page)})
+        assert why in answer.content.decode()
+    assert not JobAction.objects.exists() and spawned == []
+
+
+@pytest.mark.django_db
+def test_an_until_in_a_dst_gap_is_echoed_as_the_time_it_is_and_audit_notes_use_time_zone(
+    tmp_path, settings
+):
+    """Issue 22, item 5. Before: `--until=2027-03-28T02:30` in Berlin (a time the clocks skip)
+    was echoed `until 2027-03-28 02:30` while job_status showed 03:30+02:00; the resume's
+    audit note said `since 2026-12-02 10:30`, in unlabelled UTC."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.TIME_ZONE = "Europe/Berlin"
+    settings.OPS_CRONTAB_DIR = tmp_path
+    (tmp_path / "t.cron").write_text("0 3 * * * --name=nightly sleep_demo --seconds=0\n")
+    until = parse_until("2027-03-28T02:30", NOW, BERLIN)
+    assert until.isoformat() == "2027-03-28T03:30:00+02:00"
+    out = StringIO()
+    with time_machine.travel(NOW, tick=False):
+        call_command("job_pause", "nightly", "--until=2027-03-28T02:30", stdout=out)
+        call_command("job_resume", "nightly", stdout=StringIO())
+    assert "until 2027-03-28 03:30 Europe/Berlin" in out.getvalue()
+    assert JobPause.objects.get().until == until
+    note = JobAction.objects.get(kind="resume").note
+    assert note.endswith("since 2026-12-02 11:30 Europe/Berlin resumed"), note
+    changed = JobAction.objects.get(kind="pause").note
+    assert changed.startswith("until 2027-03-28 03:30 Europe/Berlin"), changed

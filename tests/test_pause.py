@@ -214,3 +214,34 @@ def test_an_unknown_job_or_an_until_in_the_past_is_a_usage_error(project):
     assert project.db.query("SELECT count(*) FROM ops_jobpause") == [(0,)]
     resumed = ok(project.manage("job_resume", "nightly"))
     assert resumed.stdout.strip() == "nightly is not paused"
+
+
+@pytest.mark.process
+def test_pausing_a_paused_job_again_pauses_its_check_when_the_first_try_could_not(
+    project, hc, nightly
+):
+    """Before: with the API down the first job_pause exited 1 (check not paused); the second,
+    with the API back, said "was paused already" and made no call: the check stayed up."""
+    check = hc.check("nightly")
+    hc.api_fail_with = (503, {"error": "down for maintenance"})
+    first = project.manage("job_pause", "nightly", "--reason=migration")
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "could not pause its check" in first.stderr
+    assert check.status == "up"
+
+    hc.api_fail_with = None
+    again = ok(project.manage("job_pause", "nightly"))
+    assert "nightly was paused already; now paused" in again.stdout
+    assert "healthchecks.io: paused its check 'nightly'" in again.stdout
+    assert (check.status, check.manual_resume) == ("paused", True)
+    [(paused, manual_resume)] = project.db.query(
+        "SELECT check_paused, check_manual_resume FROM ops_jobpause"
+    )
+    assert (bool(paused), manual_resume in (0, False)) == (True, True)
+
+    third = ok(project.manage("job_pause", "nightly"))  # paused on the server now: no call
+    assert "healthchecks.io" not in third.stdout
+    before = len(hc.writes())
+    ok(project.manage("job_resume", "nightly"))  # its own manual_resume (off) given back
+    assert writes_since(hc, before) == [(check.uuid, {"manual_resume": False}), ("resume", None)]
+    assert check.manual_resume is False

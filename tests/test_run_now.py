@@ -92,3 +92,79 @@ def test_the_action_id_never_reaches_the_job_or_what_it_starts(project, tmp_path
     wait_until(seen.exists, "the job to run")
     wait_until(lambda: seen.read_text(), "the job to write")
     assert seen.read_text() == "unset"
+
+
+@pytest.mark.process
+def test_a_double_click_on_run_it_again_force_runs_the_slot_once(project):
+    """Issue 22, item 3, for real: the project served (runserver), the job's slot done, two
+    POSTs at once of the confirmation's "Run it again (--force)". Before: two actions, two
+    run_jobs, two succeeded runs of one slot."""
+    import re
+    import threading
+
+    import requests
+
+    from .browser import Server
+    from .conftest import base_env
+
+    project.write_cron("t.cron", f"{DAILY}  --name=report sleep_demo --seconds=0\n")
+    first = project.run_job("report")
+    assert first.returncode == 0, first.stderr
+    server = Server(project.dir, base_env())
+    server.prepare("admin", "correct-horse-battery")
+    server.start()
+    try:
+        session = requests.Session()
+        login = server.url + "/admin/login/"
+        session.get(login, timeout=30)
+        answer = session.post(
+            login,
+            data={
+                "username": "admin",
+                "password": "correct-horse-battery",
+                "csrfmiddlewaretoken": session.cookies["csrftoken"],
+                "next": "/admin/",
+            },
+            timeout=30,
+        )
+        assert answer.status_code == 200 and "Log out" in answer.text
+        target = server.url + "/admin/ops/job/report/run/"
+        page = session.get(target, timeout=30).text
+        assert 'value="Run it again (--force)"' in page
+        form = {
+            "csrfmiddlewaretoken": session.cookies["csrftoken"],
+            "date": "",
+            "force": "1",
+            "token": found[1]
+            if (found := re.search(r'name="token" value="([^"]+)"', page))
+            else "",
+        }
+        barrier = threading.Barrier(2)
+        codes: list[int] = []
+
+        def click() -> None:
+            barrier.wait(10)
+            codes.append(
+                session.post(target, data=form, allow_redirects=False, timeout=60).status_code
+            )
+
+        clicks = [threading.Thread(target=click) for _ in range(2)]
+        for thread in clicks:
+            thread.start()
+        for thread in clicks:
+            thread.join(90)
+
+        def runs_ended():  # every action's run recorded, and none running
+            rows = project.db.query("SELECT outcome FROM ops_jobrun ORDER BY id")
+            waiting = project.db.query("SELECT count(*) FROM ops_jobaction WHERE run_id IS NULL")
+            return rows if waiting == [(0,)] and ("running",) not in rows else None
+
+        wait_until(runs_ended, "the forced run to end", 60)
+    finally:
+        server.stop()
+    assert project.db.query("SELECT count(*) FROM ops_jobaction") == [(1,)]
+    assert sorted(codes) == [302, 409]
+    assert project.db.query("SELECT outcome FROM ops_jobrun ORDER BY id") == [
+        ("succeeded",),
+        ("succeeded",),
+    ]

@@ -11,7 +11,9 @@ The in-process tests shorten the settings' busy timeout (30 s) to 1 s, so that t
 the database longer than it, as the 45 s job did, in a few seconds.
 """
 
+import datetime as dt
 import hashlib
+import io
 import re
 import signal
 import sqlite3
@@ -21,9 +23,10 @@ from pathlib import Path
 
 import pytest
 import time_machine
+from django.core.management import call_command
 from django.db import connection
 
-from ops.models import JobRun, Outcome, SlotClaim
+from ops.models import JobPause, JobRun, Outcome, SlotClaim
 from ops.run import patience, runner
 
 from .conftest import PING_KEY
@@ -224,6 +227,83 @@ def test_sigterm_ends_a_claim_waiting_for_the_jobs_claim_lock_at_once(pg_project
     )
     assert project.db.query("SELECT outcome, exit_code FROM ops_jobrun") == [("skipped", 143)]
     assert project.db.query("SELECT count(*) FROM ops_slotclaim") == [(0,)]
+
+
+def test_a_paused_fire_waits_for_a_longer_writer_and_records_its_skip(
+    sqlite_db, tmp_path, capsys, settings, ping_server
+):
+    """Issue 22, item 2. Before: `database unavailable: database is locked` after the busy
+    timeout (31 s with the settings' 30 s), exit 1, nothing recorded, a /fail ping; a paused
+    fire records a skip and exits 0."""
+    settings.HEALTHCHECKS_PING_URL = ping_server.url_for("/")
+    settings.HEALTHCHECKS_PING_KEY = PING_KEY
+    (tmp_path / "t.cron").write_text("0 3 * * * --name=t sleep_demo --seconds=0\n")
+    JobPause.objects.create(
+        job="t", paused_by="alice", since=dt.datetime(2026, 11, 28, tzinfo=dt.UTC), reason="db"
+    )
+    writer = Writer(sqlite_db).hold(seconds=7)  # past the busy timeout and the 5 s
+    started = time.monotonic()
+    try:
+        code = run_at("2026-11-29T03:00:05+00:00", "t")
+    finally:
+        writer.release()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert time.monotonic() - started >= 6.5
+    assert "job t: another writer holds the database; waiting for it to write its record" in err
+    assert "job t: paused by alice since 2026-11-28 00:00 UTC, until resumed: db" in out
+    run = JobRun.objects.get()
+    assert (run.slot, run.outcome, run.paused, run.exit_code) == (
+        "2026-11-29",
+        Outcome.SKIPPED,
+        True,
+        0,
+    )
+    assert [r.path for r, _ in ping_server.log] == [f"/{PING_KEY}/t/log"]
+
+
+def test_job_pause_and_job_resume_wait_for_a_longer_writer(sqlite_db, tmp_path, settings):
+    """Before: `database unavailable: database is locked` after the busy timeout, exit 2."""
+    (tmp_path / "t.cron").write_text("0 3 * * * --name=t sleep_demo --seconds=0\n")
+    for command in ("job_pause", "job_resume"):
+        writer = Writer(sqlite_db).hold(seconds=3)  # longer than the busy timeout (1 s here)
+        out = io.StringIO()
+        try:
+            call_command(command, "t", stdout=out, stderr=io.StringIO())
+        finally:
+            writer.release()
+        assert out.getvalue().startswith("paused t by " if command == "job_pause" else "resumed t")
+    pause = JobPause.objects.get()
+    assert pause.ended_at is not None
+
+
+@pytest.mark.process
+def test_sigterm_ends_a_paused_fire_waiting_for_another_writer_at_once(sqlite_project):
+    project = sqlite_project
+    project.add_command("t_job", "print('ran', flush=True)")
+    project.write_cron("t.cron", "0 0 * * * t_job\n")
+    paused = project.manage("job_pause", "t_job")
+    assert paused.returncode == 0, paused.stderr
+    writer = Writer(project.db.url.removeprefix("sqlite:///")).hold()
+    try:
+        proc = project.popen("run_job", "t_job")
+        said = Lines(proc, stream="stderr")
+        wait_for(lambda: "another writer holds the database" in said.text or proc.poll(), 60)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        took = time.monotonic() - sent
+        said.thread.join(10)
+        out = proc.stdout.read()
+    finally:
+        writer.release()
+    assert proc.returncode == 143, said.text + out
+    assert took < 3, took
+    assert "terminated by SIGTERM while waiting for another writer to record its pause" in (
+        said.text
+    )
+    assert "ran" not in out
+    assert project.db.query("SELECT count(*) FROM ops_jobrun") == [(0,)]
 
 
 def test_the_bound_and_the_advice_are_in_the_readme():

@@ -15,7 +15,8 @@ due slot overdue.
 """
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 from zoneinfo import ZoneInfo
 
 from django.db import IntegrityError, transaction
@@ -29,9 +30,15 @@ from . import actions
 if TYPE_CHECKING:  # the healthchecks.io client (requests) is imported only when it is used
     from ..monitors.hcpause import CheckResult
 
+T = TypeVar("T")
+# How a write of this module is made: `direct`, or patiently (ops/run/patience.py).
+Write = Callable[[Callable[[], T]], T]
+
 
 def local(value: dt.datetime, tz: ZoneInfo) -> str:
-    return value.astimezone(tz).strftime("%Y-%m-%d %H:%M")
+    """`value` in `tz`, normalised (through UTC: a wall-clock time a DST gap skips, say
+    02:30 in Berlin on 2027-03-28, shows as the instant it is, 03:30)."""
+    return value.astimezone(dt.UTC).astimezone(tz).strftime("%Y-%m-%d %H:%M")
 
 
 def describe(pause: JobPause, tz: ZoneInfo) -> str:
@@ -108,6 +115,35 @@ def lookup(name: str) -> Job | None:
     return job
 
 
+def direct(write: "Callable[[], T]") -> T:
+    """A write as it is (the web views); job_pause, job_resume and run_job pass a patient one
+    (ops/run/patience.py): another writer's lock is waited for within a bound."""
+    return write()
+
+
+def patient_command_write(stderr) -> "Write":
+    """job_pause's and job_resume's writes: another writer's lock (SQLite's one writer, a
+    PostgreSQL lock) waited for up to LOCK_WAIT, said after a few seconds, not a 30 s error."""
+    import time
+
+    from ..run import patience
+    from ..schedule.durations import human_duration
+
+    def waiting(reason: str, bound: float) -> None:
+        stderr.write(f"{reason}; waiting for it (at most {human_duration(bound)})\n")
+
+    def write(fn):
+        return patience.patiently(fn, sleep=time.sleep, waiting=waiting)
+
+    return write
+
+
+def _begin() -> None:
+    from ..run import patience
+
+    patience.in_transaction()  # under patiently(): a lock wait ends and is tried again
+
+
 def pause(
     name: str,
     job: Job | None,
@@ -117,16 +153,21 @@ def pause(
     reason: str,
     now: dt.datetime,
     tz: ZoneInfo,
+    write: "Write" = direct,
 ) -> "tuple[JobPause, CheckResult | None]":
     """Pause `name` (or change the until and reason of its pause): (the pause, what happened to
-    its healthchecks.io check, None when it was paused already)."""
+    its healthchecks.io check, None when this or an earlier pause holds it paused already). A
+    pause whose check could not be paused tries again (pausing a paused check is no error)."""
     reason = " ".join(reason.split())[:300]
     shown = f"until {local(until, tz)} {tz}" if until else "until resumed"
-    try:
+
+    def change() -> tuple[JobPause, bool]:
+        """(the pause, whether its check is to be paused now): one transaction."""
         with transaction.atomic():
+            _begin()
             current = open_pause(name)
             if current is not None and not is_active(current, now):
-                _end(current, now)  # its --until passed and no fire has ended it yet
+                _end_now(current, now, "", tz)  # its --until passed and no fire has ended it
                 current = None
             if current is not None:
                 current.until, current.reason = until, reason or current.reason
@@ -134,34 +175,60 @@ def pause(
                 actions.record(
                     JobAction.Kind.PAUSE, name, by, now, note=f"changed: {shown}: {reason}"
                 )
-                return current, None
+                # Its check not paused (the server could not be reached, or there is no check
+                # to pause): tried again. Pausing a paused check is no error there.
+                return current, not current.check_paused
             row = JobPause.objects.create(
                 job=name, paused_by=by[:150], since=now, until=until, reason=reason
             )
             actions.record(JobAction.Kind.PAUSE, name, by, now, note=f"{shown}: {reason}")
             owed = JobPause.objects.filter(job=name, check_paused=True).exclude(pk=row.pk)
             held = owed.first()
-            if held is not None:  # its check is still paused from an earlier pause: keep it so
+            if held is not None:  # its check is still paused from an earlier pause: so kept
                 owed.update(check_paused=False)
                 row.check_uuid, row.check_paused = held.check_uuid, True
                 row.check_manual_resume, row.check_note = held.check_manual_resume, held.check_note
                 row.save()
-                return row, None
+                return row, False
+            return row, True
+
+    try:
+        row, to_pause = write(change)
     except IntegrityError:  # paused by someone else at this very moment: theirs stands
         current = open_pause(name)
         assert current is not None, "the pause that made ours a duplicate"
         return current, None
+    if not to_pause:
+        return row, None
     from ..monitors import hcpause
 
     result = hcpause.pause_check(name, job)
-    row.check_uuid, row.check_paused = result.uuid, result.paused
-    row.check_manual_resume, row.check_note = result.manual_resume, result.note[:300]
-    row.save(update_fields=["check_uuid", "check_paused", "check_manual_resume", "check_note"])
+    row.check_uuid, row.check_paused = result.uuid or row.check_uuid, result.paused
+    if result.manual_resume is not None:  # else kept: an earlier try set manual_resume already
+        row.check_manual_resume = result.manual_resume
+    row.check_note = result.note[:300]
+    write(
+        lambda: row.save(
+            update_fields=["check_uuid", "check_paused", "check_manual_resume", "check_note"]
+        )
+    )
     return row, result
 
 
-def _end(pause: JobPause, now: dt.datetime, by: str = "") -> bool:
+def _end(
+    pause: JobPause, now: dt.datetime, by: str = "", *, tz: ZoneInfo, write: "Write" = direct
+) -> bool:
     """End an open pause: at its --until when that has passed (`by` empty), else now."""
+
+    def end() -> bool:
+        with transaction.atomic():
+            _begin()
+            return _end_now(pause, now, by, tz)
+
+    return write(end)
+
+
+def _end_now(pause: JobPause, now: dt.datetime, by: str, tz: ZoneInfo) -> bool:
     expired = pause.until is not None and pause.until <= now
     ended_at, ended_by = (pause.until, actions.UNTIL) if expired or not by else (now, by)
     won = JobPause.objects.filter(pk=pause.pk, ended_at__isnull=True).update(
@@ -170,36 +237,50 @@ def _end(pause: JobPause, now: dt.datetime, by: str = "") -> bool:
     if won:
         pause.ended_at, pause.ended_by = ended_at, ended_by
         what = "ended at its --until" if ended_by == actions.UNTIL else "resumed"
-        note = f"the pause by {pause.paused_by} since {pause.since:%Y-%m-%d %H:%M} {what}"
+        note = f"the pause by {pause.paused_by} since {local(pause.since, tz)} {tz} {what}"
         actions.record(JobAction.Kind.RESUME, pause.job, ended_by, now, note=note)
     return bool(won)
 
 
 def resume(
-    name: str, job: Job | None, *, by: str, now: dt.datetime, tz: ZoneInfo
+    name: str,
+    job: Job | None,
+    *,
+    by: str,
+    now: dt.datetime,
+    tz: ZoneInfo,
+    write: "Write" = direct,
 ) -> "tuple[JobPause | None, CheckResult | None]":
     """End the job's pause: (the pause it ended or None, what happened to its check or None)."""
     current = open_pause(name)
-    ended = current if current is not None and _end(current, now, by) else None
+    ended = current if current is not None and _end(current, now, by, tz=tz, write=write) else None
     owed = JobPause.objects.filter(job=name, check_paused=True).order_by("-since").first()
     if owed is None and ended is not None and ended.check_manual_resume is False:
         owed = ended  # its check was never paused, but manual_resume was set: give it back
     if owed is None:
         return ended, None
     note = f"resumed by {by}" if by != actions.UNTIL else "resumed at the end of its pause"
-    return ended, resume_check(owed, job, now=now, tz=tz, arming_note=note)
+    return ended, resume_check(owed, job, now=now, tz=tz, arming_note=note, write=write)
 
 
 def resume_check(
-    pause: JobPause, job: Job | None, *, now: dt.datetime, tz: ZoneInfo, arming_note: str
+    pause: JobPause,
+    job: Job | None,
+    *,
+    now: dt.datetime,
+    tz: ZoneInfo,
+    arming_note: str,
+    write: "Write" = direct,
 ) -> "CheckResult | None":
     """Resume the check `pause` holds paused on healthchecks.io (once, whoever asks first)."""
     from ..monitors import hcpause
 
-    if (
-        not JobPause.objects.filter(pk=pause.pk)
-        .filter(Q(check_paused=True) | Q(check_manual_resume=False))
-        .update(check_paused=False, check_manual_resume=None)
+    if not write(
+        lambda: (
+            JobPause.objects.filter(pk=pause.pk)
+            .filter(Q(check_paused=True) | Q(check_manual_resume=False))
+            .update(check_paused=False, check_manual_resume=None)
+        )
     ):
         return None  # another process resumed it first
     result = hcpause.resume_check(
@@ -215,7 +296,7 @@ def resume_check(
     fields: dict = {"check_note": result.note[:300]}
     if not result.ok:  # still owed: the next resume (or fire) tries again
         fields |= {"check_paused": result.paused, "check_manual_resume": result.manual_resume}
-    JobPause.objects.filter(pk=pause.pk).update(**fields)
+    write(lambda: JobPause.objects.filter(pk=pause.pk).update(**fields))
     return result
 
 
@@ -238,15 +319,24 @@ def at_fire(runner, now: dt.datetime) -> int | None:
     if row is None:
         return None
     tz = ZoneInfo(settings.TIME_ZONE)
+
+    def write(fn):  # run_job's patient writes: a SIGTERM ends the wait (Interrupted)
+        return runner.write(fn, interruptible=True)
+
     if is_active(row, now):
-        return _refuse(runner, row, now, tz)
+        return _refuse(runner, row, now, tz, write)
     from ..run.plan import say
 
-    if row.ended_at is None and _end(row, now):
+    if row.ended_at is None and _end(row, now, tz=tz, write=write):
         say(f"job {name}: the pause {describe(row, tz)} has ended", runner.stdout)
     if row.check_paused:
         result = resume_check(
-            row, runner.plan.job, now=now, tz=tz, arming_note="resumed at the end of its pause"
+            row,
+            runner.plan.job,
+            now=now,
+            tz=tz,
+            arming_note="resumed at the end of its pause",
+            write=write,
         )
         if result is not None:
             stream = runner.stdout if result.ok else runner.stderr
@@ -254,7 +344,7 @@ def at_fire(runner, now: dt.datetime) -> int | None:
     return None
 
 
-def _refuse(runner, pause: JobPause, now: dt.datetime, tz: ZoneInfo) -> int:
+def _refuse(runner, pause: JobPause, now: dt.datetime, tz: ZoneInfo, write: "Write") -> int:
     """The paused job's fire: its slot recorded once as a skip, a /log ping, exit 0."""
     from ..run import claims
     from ..run.plan import plan_slots, say
@@ -262,9 +352,11 @@ def _refuse(runner, pause: JobPause, now: dt.datetime, tz: ZoneInfo) -> int:
     name = runner.plan.name
     slot = plan_slots(runner.plan, now, tz)[-1]  # its current slot (validated as any fire's)
     note = f"paused {describe(pause, tz)}"[:300]
-    try:
+
+    def record() -> JobRun:
         with transaction.atomic():
-            run = claims.new_run(
+            _begin()
+            return claims.new_run(
                 name,
                 slot,
                 host=runner.host,
@@ -278,11 +370,14 @@ def _refuse(runner, pause: JobPause, now: dt.datetime, tz: ZoneInfo) -> int:
                 duration=0.0,
                 paused=True,
             )
+
+    try:
+        run = write(record)
     except IntegrityError:  # another fire of this slot recorded it: one row per slot
         if not runner.opts.quiet:
             say(f"job {name}: {note} ({slot} is recorded as paused already)", runner.stdout)
         return 0
-    actions.attach(runner.action, run)
+    write(lambda: actions.attach(runner.action, run))
     if not runner.opts.quiet:
         say(f"job {name}: {note}", runner.stdout)
     runner.pinger().log(note)

@@ -2,7 +2,8 @@
 started as a process of its own, exactly as cron starts it.
 
 The web request never runs job code. It looks at the slot first (paused, running or done: said,
-nothing started), records the action (ops/control/actions.py), then starts `run_job
+nothing started), records the action (ops/control/actions.py; once per confirmation page, also
+with --force: `record_once`), then starts `run_job
 --log=OPS_LOG_DIR/<job>.log [--logical-date=D] [--force] <job>` through `/bin/sh -c '"$@" &'`:
 the shell puts run_job in the background and exits at once, so run_job is nobody's child in the
 web server (init reaps it; a worker that is recycled or a server that restarts does not end it),
@@ -23,7 +24,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from .. import conf
-from ..models import Outcome
+from ..models import JobAction, Outcome
 from ..run import claims
 from ..schedule.crontabd import Job
 from ..schedule.slots import Slot, current_slot, date_slot, slot_on_date
@@ -73,6 +74,73 @@ def slot_state(
     if claim is not None and claim.state == Outcome.SUCCEEDED:
         return SlotState(DONE, f"{slot} is done already", slot, claim.run_id)
     return SlotState(FREE, f"runs the slot {slot}", slot)
+
+
+# --- a confirmation's POST starts one run: a double click, or two people, start it once -------
+
+CONFIRMATION_SALT = "cronops.run-now.confirmation"
+CONFIRMATION_AGE = 3600  # seconds a confirmation page may be used
+
+
+class StaleConfirmation(ValueError):
+    pass
+
+
+def confirmation(name: str, day: dt.date | None, force: bool, shown: dt.datetime) -> str:
+    """The signed token of a confirmation page: the job, date and --force its POST may start,
+    and when the page was shown."""
+    from django.core import signing
+
+    data = {"job": name, "date": day.isoformat() if day else "", "force": force}
+    return signing.dumps({**data, "shown": shown.isoformat()}, salt=CONFIRMATION_SALT)
+
+
+def shown_at(token: str, name: str, day: dt.date | None, force: bool) -> dt.datetime:
+    """When the confirmation page whose POST carries `token` was shown; StaleConfirmation when
+    the token is missing, forged, for another job, date or --force, or too old."""
+    from django.core import signing
+
+    try:
+        data = signing.loads(token, salt=CONFIRMATION_SALT, max_age=CONFIRMATION_AGE)
+    except signing.BadSignature:
+        data = None
+    expected = {"job": name, "date": day.isoformat() if day else "", "force": force}
+    if not isinstance(data, dict) or {k: data.get(k) for k in expected} != expected:
+        raise StaleConfirmation(
+            "this confirmation is not this page's, or is over an hour old: nothing was "
+            "started; confirm again below"
+        )
+    return dt.datetime.fromisoformat(data["shown"])
+
+
+def record_once(
+    kind: str, name: str, user: str, now: dt.datetime, *, shown: dt.datetime, **fields
+) -> "tuple[JobAction | None, JobAction | None]":
+    """Record a Run now / Run again of `name` unless one of that job and date was recorded since
+    the confirmation was `shown`: (the new action, None) or (None, the earlier one). One
+    transaction that serialises on the job (a PostgreSQL advisory lock; SQLite's write lock,
+    taken first), so that of two POSTs at once the second sees the first's action."""
+    from django.db import connection, transaction
+
+    from ..run import fencing
+
+    with transaction.atomic():
+        if connection.vendor == "sqlite":  # the write lock now, also without IMMEDIATE
+            JobAction.objects.filter(pk__lt=0).update(note="")
+        fencing.advisory_lock(f"cronops run now {name}")
+        earlier = (
+            JobAction.objects.filter(
+                job=name,
+                kind__in=[JobAction.Kind.RUN_NOW, JobAction.Kind.RUN_AGAIN],
+                logical_date=fields.get("logical_date"),
+                at__gte=shown,
+            )
+            .order_by("at", "pk")
+            .first()
+        )
+        if earlier is not None:
+            return None, earlier
+        return actions.record(kind, name, user, now, **fields), None
 
 
 def run_job_argv(name: str, logical_date: dt.date | None, force: bool) -> list[str]:

@@ -46,6 +46,9 @@ def parse_until(text: str, now: dt.datetime, tz: ZoneInfo) -> dt.datetime:
     except ValueError:
         shown = repr(text) if len(text) <= 40 else repr(text[:30]) + "…"
         raise ValueError(f"bad --until {shown}: use {SPELLINGS}, in {tz}") from None
+    # The instant, in tz: a wall-clock time a DST gap skips (02:30 on the spring-forward day in
+    # Berlin) is the time after it (03:30+02:00), as job_status shows it.
+    until = until.astimezone(dt.UTC).astimezone(tz)
     if until <= now:
         raise ValueError(f"--until {text} is not in the future ({local(until, tz)} in {tz})")
     if until - now > MAX_AHEAD:

@@ -6,7 +6,6 @@ confirmations and the action pages included, are for staff with `ops.run_job`: a
 gets 403 (the admin sends anonymous users to its login first).
 """
 
-import datetime as dt
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -19,7 +18,8 @@ from django.utils import timezone
 
 from .. import conf
 from ..models import JobAction
-from . import actions, pauses, runnow
+from ..schedule.options import logical_date
+from . import pauses, runnow
 from .until import SPELLINGS, parse_until
 
 PERMISSION = "ops.run_job"
@@ -113,33 +113,55 @@ def run_view(admin, request, name: str):
     def asked(key: str) -> str:  # the confirmation's form, else the link's query
         return request.POST.get(key) or request.GET.get(key) or ""
 
-    try:
-        day = dt.date.fromisoformat(asked("date")) if asked("date") else None
-    except ValueError:
-        raise Http404("bad date") from None
+    text, refused = asked("date"), ""
+    try:  # run_job's own rules for --logical-date, and its words
+        day = logical_date(text) if text else None
+    except ValueError as exc:
+        day, refused = None, str(exc)
     force = asked("force") == "1"
     tz, now = ZoneInfo(settings.TIME_ZONE), timezone.now()
-    state = runnow.slot_state(name, job, day, now=now, tz=tz)
+    if refused:
+        state = runnow.SlotState(runnow.INVALID, refused)
+    else:
+        state = runnow.slot_state(name, job, day, now=now, tz=tz)
     argv = runnow.run_job_argv(name, day, force)
+    if refused:  # the command as it was asked for, refused
+        argv.insert(2, f"--logical-date={text[:40]}")
     startable = state.kind == runnow.FREE or (state.kind == runnow.DONE and force)
+    error, status, action_url = "", 200, ""
     if request.method == "POST" and startable:
-        kind = JobAction.Kind.RUN_AGAIN if day else JobAction.Kind.RUN_NOW
-        action = actions.record(
-            kind,
-            name,
-            request.user.get_username(),
-            now,
-            logical_date=day,
-            force=force,
-            note="manage.py " + " ".join(argv[:1] + argv[2:]),
-        )
-        runnow.spawn(argv, action.pk)
-        return HttpResponseRedirect(reverse("admin:ops_job_action", args=[name, action.pk]))
+        try:
+            shown = runnow.shown_at(request.POST.get("token", ""), name, day, force)
+        except runnow.StaleConfirmation as exc:
+            error = str(exc)
+        else:
+            kind = JobAction.Kind.RUN_AGAIN if day else JobAction.Kind.RUN_NOW
+            action, earlier = runnow.record_once(
+                kind,
+                name,
+                request.user.get_username(),
+                now,
+                shown=shown,
+                logical_date=day,
+                force=force,
+                note="manage.py " + " ".join(argv[:1] + argv[2:]),
+            )
+            if action is not None:
+                runnow.spawn(argv, action.pk)  # committed: run_job finds its action
+                return HttpResponseRedirect(reverse("admin:ops_job_action", args=[name, action.pk]))
+            assert earlier is not None
+            error = (
+                f"already started by {earlier.username} at {pauses.local(earlier.at, tz)} "
+                f"{tz}: see action #{earlier.pk}; nothing else was started"
+            )
+            action_url = reverse("admin:ops_job_action", args=[name, earlier.pk])
+            startable, status = False, 409
     run_url = ""
     if state.run_id is not None:
         run_url = reverse("admin:ops_jobrun_change", args=[state.run_id])
-    what = f"Run {name} again for {day}?" if day else f"Run {name} now?"
-    return _page(
+    what = f"Run {name} again for {day or text[:40]}?" if text else f"Run {name} now?"
+    offer_force = state.kind == runnow.DONE and not force and not action_url
+    page = _page(
         admin,
         request,
         name,
@@ -148,12 +170,18 @@ def run_view(admin, request, name: str):
         state=state.message,
         kind=state.kind,
         startable=startable,
-        offer_force=state.kind == runnow.DONE and not force,
+        offer_force=offer_force,
         command="manage.py " + " ".join(argv[:1] + argv[2:]),
         date=day.isoformat() if day else "",
         force=force,
         run_url=run_url,
+        error=error,
+        action_url=action_url,
+        # What the form's POST may start, and when this page was shown (signed).
+        token=runnow.confirmation(name, day, force or offer_force, now),
     )
+    page.status_code = status
+    return page
 
 
 def action_view(admin, request, name: str, pk: int):

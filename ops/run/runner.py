@@ -136,11 +136,14 @@ class Runner:
             self.pinger().log(note)
         return exit_code
 
-    def write(self, write, *, outcome: bool = False):
+    def write(self, write, *, outcome: bool = False, interruptible: bool = False):
         """One of run_job's own writes, waiting for another writer's lock up to LOCK_WAIT
         (ops/run/patience.py); after a signal that ends the run, one try, unless it records a
-        job's outcome (which may stand: a signal that came after the job ended)."""
+        job's outcome (which may stand: a signal that came after the job ended). An
+        `interruptible` wait (a paused fire's, before anything is claimed) ends at a signal:
+        Interrupted."""
         bound = patience.LOCK_WAIT if self.signals.received is None or outcome else 0.0
+        sleep = self.signals.sleep if interruptible else lambda s: self.signals.wait([], s)
 
         def waiting(reason: str, bound: float) -> None:
             say(
@@ -149,9 +152,7 @@ class Runner:
                 self.stderr,
             )
 
-        return patience.patiently(
-            write, sleep=lambda s: self.signals.wait([], s), bound=bound, waiting=waiting
-        )
+        return patience.patiently(write, sleep=sleep, bound=bound, waiting=waiting)
 
     def send_summary(self, exit_code: int) -> None:
         """A final ping for catch-up slots when no slot of this call sent one (the current slot
@@ -163,7 +164,20 @@ class Runner:
 
     def run(self) -> int:
         now = timezone.now()
-        paused = pauses.at_fire(self, now)  # a paused job runs nothing (ops/control/pauses.py)
+        # A paused job runs nothing (ops/control/pauses.py). Its writes wait for another writer
+        # (SQLite's one writer) as the run's do; a SIGTERM or SIGINT ends that wait at once.
+        self.signals.install()
+        try:
+            paused = pauses.at_fire(self, now)
+        except Interrupted as interrupted:
+            say(
+                f"job {self.plan.name}: {interrupted} while waiting for another writer to "
+                "record its pause: nothing was run or recorded",
+                self.stderr,
+            )
+            return interrupted.exit_code
+        finally:
+            self.signals.uninstall()
         if paused is not None:
             return paused
         lock = JobLock(

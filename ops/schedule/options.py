@@ -97,20 +97,26 @@ def _standby(text):
     return True if text == _BARE_STANDBY else _duration(text)
 
 
-def _date(text):
-    # Exactly YYYY-MM-DD in ASCII: Python 3.11's fromisoformat also takes 20260105, 2026-W02-1
-    # and full-width digits, none of which an operator means as a logical date.
+def logical_date(text: str) -> dt.date:
+    """run_job's rules for a --logical-date (also the jobs page's Run again); ValueError saying
+    why not. Exactly YYYY-MM-DD in ASCII: Python 3.11's fromisoformat also takes 20260105,
+    2026-W02-1 and full-width digits, none of which an operator means as a logical date."""
     try:
         if not _ISO_DATE.fullmatch(text):
             raise ValueError(text)
         day = dt.date.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"bad date {text!r}: use YYYY-MM-DD") from exc
+    except ValueError:
+        raise ValueError(f"bad date {text!r}: use YYYY-MM-DD") from None
     if day < EARLIEST_LOGICAL_DATE:
-        raise argparse.ArgumentTypeError(
-            f"bad date {text!r}: logical dates start at {EARLIEST_LOGICAL_DATE}"
-        )
+        raise ValueError(f"bad date {text!r}: logical dates start at {EARLIEST_LOGICAL_DATE}")
     return day
+
+
+def _date(text):
+    try:
+        return logical_date(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _count(text):

@@ -8,6 +8,7 @@ from django.utils import timezone
 from ops import conf
 from ops.control import actions, pauses
 from ops.control.until import SPELLINGS, parse_until
+from ops.run import patience
 
 
 class Command(BaseCommand):
@@ -31,6 +32,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         try:
             self.act(*args, **options)
+        except patience.Locked as exc:  # another writer held the database all that time
+            raise CommandError(f"database unavailable: {exc}", returncode=2) from None
         except DatabaseError as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
@@ -47,8 +50,9 @@ class Command(BaseCommand):
             end = parse_until(until, now, tz) if until is not None else None
         except (pauses.UnknownJob, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from None
+        write = pauses.patient_command_write(self.stderr)
         pause, check = pauses.pause(
-            name, job, by=actions.cli_user(), until=end, reason=reason, now=now, tz=tz
+            name, job, by=actions.cli_user(), until=end, reason=reason, now=now, tz=tz, write=write
         )
         if pause.since != now:
             self.stdout.write(f"{name} was paused already; now paused {pauses.describe(pause, tz)}")

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from ops import conf
 from ops.control import actions, pauses
+from ops.run import patience
 
 
 class Command(BaseCommand):
@@ -23,6 +24,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         try:
             self.act(*args, **options)
+        except patience.Locked as exc:  # another writer held the database all that time
+            raise CommandError(f"database unavailable: {exc}", returncode=2) from None
         except DatabaseError as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
@@ -38,7 +41,8 @@ class Command(BaseCommand):
             job = pauses.lookup(name)
         except pauses.UnknownJob as exc:
             raise CommandError(str(exc), returncode=2) from None
-        ended, check = pauses.resume(name, job, by=actions.cli_user(), now=now, tz=tz)
+        write = pauses.patient_command_write(self.stderr)
+        ended, check = pauses.resume(name, job, by=actions.cli_user(), now=now, tz=tz, write=write)
         if ended is None:
             self.stdout.write(f"{name} is not paused")
         else:
