@@ -42,6 +42,9 @@ class JobRun(models.Model):
     started_by = models.CharField(max_length=150, blank=True, default="", db_default="")
     # A fire refused because the job was paused (ops/control/pauses.py): one per slot at most.
     paused = models.BooleanField(default=False, db_default=False)
+    # Which attempt at its slot this row is (--retries, ops/run/retries.py): 1, then 2, 3...
+    # within one run_job call; the slot's outcome is its last attempt's.
+    attempt = models.PositiveSmallIntegerField(default=1, db_default=1)
     # Not columns: the claim version a run holds, set by ops.run.claims on the run it creates (read
     # with getattr: a run loaded from the database has none); `kind` ("r"/"s"), the raw query
     # of ops.monitors.status.

@@ -397,6 +397,15 @@ def release(run: JobRun) -> int:
     return _ours(run).update(state=run.outcome)
 
 
+def pass_on(run: JobRun, following: JobRun) -> int:
+    """Put the run's claim on `following`, its next attempt (--retries), keeping the claim's
+    state and version; 0 when the claim is no longer ours, and then nothing is written."""
+    version = getattr(run, "claim_version", None)
+    if version is not None:
+        following.claim_version = version
+    return _ours(run).update(run=following)
+
+
 def peek(job: str, slot_key: str) -> SlotClaim | None:
     """The claim of one slot as it stands: one read on the unique (job, slot) index."""
     return SlotClaim.objects.filter(job=job, slot=slot_key).first()

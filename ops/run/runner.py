@@ -25,7 +25,7 @@ from ..monitors.redact import Redactor
 from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
 from ..schedule.slots import Slot
-from . import claims, claimstep, descendants, patience, process, standby
+from . import claims, claimstep, descendants, patience, process, retries, standby
 from .heartbeat import Heartbeat, taken_over_note
 from .lock import JobLock, LockError
 from .output import JobLog, Tail, Tee, settle, standard_streams
@@ -84,6 +84,7 @@ class Runner:
         self.standby_deadline = time.monotonic() + (self.standby or 0)
         self.claim_wait = ""  # what the claim step waits for, once it waits (claimstep.py)
         self.action = actions.from_environment()  # started from the jobs page (who, and why)
+        self.attempts: retries.Attempts | None = None  # the current slot's (--retries)
 
     def pinger(self, enabled: bool = True) -> Pinger:
         return Pinger(
@@ -250,20 +251,37 @@ class Runner:
             self.write(lambda: actions.attach(self.action, run))
         except patience.Locked as locked:  # who started it goes unsaid; the run goes on
             say(f"job {self.plan.name}: {locked}: the run's starter is not recorded", self.stderr)
-        pinger = self.pinger(enabled=not catch_up)
-        run.rid = pinger.rid
-        # The history and the admin show the command line: a secret passed as an argument is not
-        # kept there (the admin's search box would let anyone test guesses at it).
-        run.command = self.redactor.text(" ".join([self.opts.command, *self.opts.args]))[:500]
-        tail = Tail(TAIL_BYTES, redactor=self.redactor)
-        tee = Tee(tail, quiet=bool(self.opts.quiet))
-        started = time.monotonic()
-        ended = self.terminated()  # a signal while the slot was claimed: the job never starts
-        if ended is None:
-            ended = self.supervise(run, slot, tee, pinger)
-        if ended.command:
-            run.command = self.redactor.text(ended.command)[:500]
-        return self.conclude(run, slot, ended, time.monotonic() - started, tee, pinger, catch_up)
+        pinger = self.pinger(enabled=not catch_up)  # one rid, one /start for all attempts
+        self.attempts = attempts = retries.Attempts.of(self)
+        while True:
+            run.rid = pinger.rid
+            # The history and the admin show the command line: a secret passed as an argument
+            # is not kept there (the admin's search box would let anyone test guesses at it).
+            run.command = self.redactor.text(" ".join([self.opts.command, *self.opts.args]))[:500]
+            tail = Tail(TAIL_BYTES, redactor=self.redactor)
+            tee = Tee(tail, quiet=bool(self.opts.quiet))
+            started = time.monotonic()
+            ended = self.terminated()  # a signal while the slot was claimed: the job never starts
+            if ended is None:
+                ended = self.supervise(run, slot, tee, pinger)
+            if ended.command:
+                run.command = self.redactor.text(ended.command)[:500]
+            duration = time.monotonic() - started
+            following = retries.next_attempt(
+                self, attempts, run, slot, ended, duration, tail.text(HISTORY_TAIL_BYTES),
+                now=timezone.now(),
+            )  # fmt: skip
+            if following is None:
+                break
+            tee.close()  # a retried attempt's output is in its history row (and was printed)
+            run, wait = following
+            waited = retries.wait_to_retry(self, run, wait)
+            if waited is not None:  # a signal, or the claim lost: the next attempt never starts
+                tee = Tee(Tail(TAIL_BYTES, redactor=self.redactor), quiet=bool(self.opts.quiet))
+                ended, duration = waited, 0.0
+                break
+            run.started_at = timezone.now()
+        return self.conclude(run, slot, ended, duration, tee, pinger, catch_up)
 
     def supervise(self, run: JobRun, slot: Slot | None, tee: Tee, pinger: Pinger) -> Ended:
         """Fork the job (ops/run/supervisor.py) and see it to its end: its output teed, its
@@ -341,6 +359,11 @@ class Runner:
         if self.log_problem:  # said on cron's stderr at the start; monitoring hears it too
             note = f"{note}; {self.log_problem}" if note else self.log_problem
             kind = "fail"
+        if self.attempts is not None and (said := self.attempts.head(outcome)):
+            note = f"{said}; {note}" if note else said
+            ended_by_us = outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED)  # said above
+            if not ended_by_us and (not self.opts.quiet or exit_code):
+                say(f"job {self.plan.name}: {said}", self.stderr if exit_code else self.stdout)
         note = self.redactor.text(note)  # an error line may quote a secret
         lost = self.record(run, outcome, exit_code, duration, note, tail)
         if lost:
