@@ -71,6 +71,7 @@ class JobRunAdmin(ReadOnlyAdmin):
         "slot",
         "logical_date",
         "outcome_label",
+        "attempt",
         "exit_code",
         "duration_display",
         "lag_display",

@@ -43,6 +43,8 @@ OUTCOME_COLOURS = {
     Outcome.RUNNING: "#0969da",
     Outcome.SKIPPED: "#8c959f",
     Outcome.TAKEN_OVER: "#bf8700",  # not the slot's outcome: another run took it over
+    Outcome.WAITING: "#54aeff",  # --after: its upstream had not succeeded yet
+    Outcome.BLOCKED: "#a40e26",  # --after: its upstream failed for that date
 }
 STATE_COLOURS = {
     status.OK: "#1a7f37",

@@ -14,6 +14,10 @@ class Outcome(models.TextChoices):
     # This run lost its claim while frozen or cut off from the database, and another run took
     # the slot over: the slot's outcome is that run's, never this one's (README, several servers).
     TAKEN_OVER = "taken_over", "taken over"
+    # --after (ops/run/after.py): an upstream job had not succeeded for the slot's date within
+    # --after-wait (the next fire runs the slot), or it failed for that date (not run).
+    WAITING = "waiting"
+    BLOCKED = "blocked"
 
 
 class JobRun(models.Model):

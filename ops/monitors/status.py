@@ -48,7 +48,14 @@ OK, RUNNING, FAILING, OVERDUE, NEVER_RUN = "ok", "running", "failing", "overdue"
 PAUSED = "paused"
 STATES = (OK, RUNNING, FAILING, OVERDUE, NEVER_RUN, PAUSED)
 HEALTHY = {OK, RUNNING, PAUSED}
-FAILURES = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED)
+# A slot blocked by its failed upstream (--after) needs a look as much as a failure does.
+FAILURES = (
+    Outcome.FAILED,
+    Outcome.TIMED_OUT,
+    Outcome.TERMINATED,
+    Outcome.ABANDONED,
+    Outcome.BLOCKED,
+)
 # Not attempts of the job: a skip did nothing, and a run taken over (frozen or cut off from the
 # database past 3 heartbeats) is not its slot's outcome: the run that took it over has that.
 NOT_ATTEMPTS = (Outcome.SKIPPED, Outcome.TAKEN_OVER)

@@ -52,7 +52,14 @@ from .fencing import (  # noqa: F401  (their old home: callers import them from 
 )
 
 STALE_HEARTBEATS = 3  # a claim that cannot be checked is dead after this many missed heartbeats
-RETRYABLE = [Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED]
+RETRYABLE = [
+    Outcome.FAILED,
+    Outcome.TIMED_OUT,
+    Outcome.TERMINATED,
+    Outcome.ABANDONED,
+    Outcome.WAITING,  # --after: the slot runs once its upstream succeeded
+    Outcome.BLOCKED,
+]
 ATTEMPTS = 5  # re-reads when another run changed the claim between our read and our update
 FENCE_POLL = 1.0  # seconds between two tries of a takeover held back by a fencing transaction
 

@@ -25,7 +25,7 @@ from ..monitors.redact import Redactor
 from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
 from ..schedule.slots import Slot
-from . import claims, claimstep, descendants, patience, process, retries, standby
+from . import after, claims, claimstep, descendants, patience, process, retries, standby
 from .heartbeat import Heartbeat, taken_over_note
 from .lock import JobLock, LockError
 from .output import JobLog, Tail, Tee, settle, standard_streams
@@ -253,8 +253,12 @@ class Runner:
             say(f"job {self.plan.name}: {locked}: the run's starter is not recorded", self.stderr)
         pinger = self.pinger(enabled=not catch_up)  # one rid, one /start for all attempts
         self.attempts = attempts = retries.Attempts.of(self)
-        while True:
-            run.rid = pinger.rid
+        run.rid = pinger.rid
+        ended: Ended | None = None
+        if self.opts.after and slot is not None:  # upstream jobs first (ops/run/after.py)
+            ended = after.gate(self, run, slot, now=timezone.now())
+            run.started_at = timezone.now()  # the wait is not the job's
+        while ended is None:
             # The history and the admin show the command line: a secret passed as an argument
             # is not kept there (the admin's search box would let anyone test guesses at it).
             run.command = self.redactor.text(" ".join([self.opts.command, *self.opts.args]))[:500]
@@ -280,7 +284,10 @@ class Runner:
                 tee = Tee(Tail(TAIL_BYTES, redactor=self.redactor), quiet=bool(self.opts.quiet))
                 ended, duration = waited, 0.0
                 break
-            run.started_at = timezone.now()
+            run.started_at, ended = timezone.now(), None
+        else:  # the slot never ran: waiting for (or blocked by) an upstream, or a signal
+            tee, duration = Tee(Tail(TAIL_BYTES, redactor=self.redactor)), 0.0
+        assert ended is not None
         return self.conclude(run, slot, ended, duration, tee, pinger, catch_up)
 
     def supervise(self, run: JobRun, slot: Slot | None, tee: Tee, pinger: Pinger) -> Ended:
@@ -340,12 +347,16 @@ class Runner:
             tee.replay()
         tee.close()
         lost_output = tee.loss_note()
-        if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED):
+        if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.WAITING, Outcome.BLOCKED):
             say(f"job {self.plan.name}: {note}", self.stderr)
-            self.stop = True
+            self.stop = self.stop or outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED)
         if outcome == Outcome.TAKEN_OVER:  # the heartbeat thread said so already
             note += "; the job was stopped"
-        kind = None  # timeouts and signals ping their exit code (/124, /143, /130)
+        # Timeouts and signals ping their exit code (/124, /143, /130); a slot waiting for its
+        # upstream is no failure (/log), one blocked by a failed upstream is (/fail).
+        kind = (
+            "log" if outcome == Outcome.WAITING else "fail" if outcome == Outcome.BLOCKED else None
+        )
         if lost_output:
             # The log's disk is full (or the reader is gone). The job's outcome stands (a done
             # slot must not run again), but the history notes it and the ping is /fail (its

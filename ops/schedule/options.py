@@ -31,6 +31,8 @@ EARLIEST_LOGICAL_DATE = dt.date(1970, 1, 1)
 # --retries: at most this many attempts after the first (ops/run/retries.py bounds each wait).
 MAX_RETRIES = 10
 DEFAULT_RETRY_DELAY = 60.0
+# --after-wait's default: how long a dependent slot waits for its upstream's success.
+DEFAULT_AFTER_WAIT = 1800.0
 # A bare `--standby` as the parser sees it. The option's value must be joined with `=`
 # (`--standby=30m`): `--standby charge_daily` would otherwise read the command as its value.
 # parse_run_args rewrites the bare word to this; a NUL never occurs in a real argument.
@@ -73,6 +75,10 @@ class RunOptions:
     retries: int | None = None
     retry_delay: float | None = None
     retry_on: tuple[int, ...] | None = None
+    # --after (ops/run/after.py): jobs that must have succeeded for the same logical date first,
+    # and how long to wait for them (seconds).
+    after: tuple[str, ...] | None = None
+    after_wait: float | None = None
     # Which options the command line set explicitly (the rest may come from crontab.d).
     given: set[str] = field(default_factory=set)
 
@@ -151,6 +157,18 @@ def _codes(text):
             )
         codes.append(int(word))
     return tuple(sorted(set(codes)))
+
+
+def _upstreams(text):
+    names = []
+    for word in text.split(","):
+        if not JOB_NAME.match(word):
+            raise argparse.ArgumentTypeError(
+                f"bad job name {shown(word)} in --after: use {JOB_NAME_RULE}, comma-separated"
+            )
+        if word not in names:
+            names.append(word)
+    return tuple(names)
 
 
 def _name(text):
@@ -240,6 +258,20 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
         help="retry only these exit codes (comma-separated, e.g. 75; a timeout is 124)",
     )
     parser.add_argument(
+        "--after",
+        type=_upstreams,
+        metavar="JOB[,JOB...]",
+        help="run the slot only once each named job has succeeded for the same logical date: "
+        "wait for it (--after-wait), exit 75 if it has not, exit 69 (blocked) if it failed",
+    )
+    parser.add_argument(
+        "--after-wait",
+        type=_duration,
+        metavar="DURATION",
+        help="how long --after waits for its upstream jobs (default 30m; never past the job's "
+        "next fire time)",
+    )
+    parser.add_argument(
         "--logical-date",
         type=_date,
         metavar="YYYY-MM-DD",
@@ -302,6 +334,8 @@ RUNNER_FIELDS = _FIELDS = [
     "retries",
     "retry_delay",
     "retry_on",
+    "after",
+    "after_wait",
 ]
 
 
