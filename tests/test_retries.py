@@ -1,5 +1,6 @@
 """--retries: failed attempts run again within the slot's claim (ops/run/retries.py)."""
 
+import json
 import os
 import signal
 
@@ -31,6 +32,11 @@ def attempts_of(project, job="t_flaky"):
     )
 
 
+def job_state(project, job="t_flaky") -> str:
+    result = project.manage("job_status", "--json", "--job", job)
+    return json.loads(result.stdout)["jobs"][0]["state"]
+
+
 def pings(server):
     return [req.path.removeprefix(f"/{PING_KEY}/") for req, _ in server.log]
 
@@ -57,6 +63,7 @@ def test_a_job_failing_twice_then_succeeding_with_retries_3_makes_3_attempts_and
     [(state, run_id)] = project.db.query("SELECT state, run_id FROM ops_slotclaim")
     last = project.db.query("SELECT max(id) FROM ops_jobrun")[0][0]
     assert (state, run_id) == ("succeeded", last)
+    assert job_state(project) == "ok"  # the slot is judged by its last attempt
     again = project.run_job("t_flaky")
     assert again.returncode == 0 and "already done" in again.stdout
     assert len((project.dir / "attempts.txt").read_text().splitlines()) == 3
@@ -85,6 +92,8 @@ def test_sigterm_during_the_backoff_ends_the_run_at_once_with_143_and_one_line(
     project.write_cron("t.cron", f"{DAILY} --retries=3 --retry-delay=30s t_flaky\n")
     proc = project.popen("run_job", "t_flaky", env={"FAILS": "9"})
     wait_for_line(proc, "attempt 2 in", stream="stderr")
+    # Between attempts the next attempt holds the claim: running, not failing.
+    assert job_state(project) == "running"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 143  # long before the 30 s backoff
     rest = proc.stderr.read()

@@ -13,7 +13,9 @@ States, in order of precedence (the first that applies wins):
 - ``running``: its latest attempt is still running and alive: its slot claim's heartbeat is
   fresh (or, for a run without a slot, its --timeout has not passed). A "running" row whose
   process died is treated as abandoned, i.e. a failure.
-- ``failing``: its latest finished attempt failed, timed out, was terminated or abandoned.
+- ``failing``: its latest finished attempt failed, timed out, was terminated or abandoned, or
+  was blocked by a failed upstream (--after). With --retries the latest attempt is the slot's
+  last: a slot a retry fixed is ok.
 - ``overdue``: the job has a schedule and its *due slot* has no success. The due slot is the
   most recent fire time S with ``S + grace <= now``; it counts as done when the slot's claim
   succeeded or the last success served S or a later slot (or, unslotted, started at or after S).
