@@ -133,3 +133,12 @@ def test_a_cycle_is_refused_by_install_crontab_and_check_with_its_file_and_line(
     result = project.manage("check")
     assert result.returncode != 0
     assert f"{path}:1: --after makes a cycle: t_rates → t_invoices → t_rates" in result.stderr
+
+
+def test_after_without_a_slot_is_a_usage_error(db, settings, tmp_path):
+    from ops.run.plan import UsageError, resolve
+
+    settings.OPS_CRONTAB_DIR = tmp_path
+    with pytest.raises(UsageError, match="--after needs a logical date"):
+        resolve(["--after=t_rates", "sleep_demo"])
+    resolve(["--after=t_rates", "--logical-date=2026-01-05", "sleep_demo"])  # a slot: fine
