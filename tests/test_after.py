@@ -1,5 +1,8 @@
 """--after: a job's slot runs only once its upstream succeeded for the same logical date."""
 
+import datetime as dt
+import time
+
 import pytest
 
 from .conftest import DAILY, DAILY_DATE, PING_KEY, ping_to, wait_for_line
@@ -142,3 +145,50 @@ def test_after_without_a_slot_is_a_usage_error(db, settings, tmp_path):
     with pytest.raises(UsageError, match="--after needs a logical date"):
         resolve(["--after=t_rates", "sleep_demo"])
     resolve(["--after=t_rates", "--logical-date=2026-01-05", "sleep_demo"])  # a slot: fine
+
+
+def set_up_catching_up(project):
+    project.add_command("t_rates", UPSTREAM)
+    project.add_command("t_invoices", DOWNSTREAM)
+    project.write_cron(
+        "t.cron",
+        f"{DAILY} t_rates\n{DAILY} --after=t_rates --after-wait=30s --catch-up=2 t_invoices\n",
+    )
+    yesterday = DAILY_DATE - dt.timedelta(days=1)
+    first = project.run_job(f"--logical-date={yesterday}", "--after-wait=0.1s", "t_invoices")
+    assert first.returncode == 75
+    return yesterday
+
+
+@pytest.mark.process
+def test_the_next_fire_with_catch_up_runs_a_waiting_slot_once_its_upstream_succeeded(
+    sqlite_project,
+):
+    project = sqlite_project
+    yesterday = set_up_catching_up(project)
+    assert project.run_job(f"--logical-date={yesterday}", "t_rates").returncode == 0
+    assert project.run_job("t_rates").returncode == 0
+    fire = project.run_job("t_invoices")
+    assert fire.returncode == 0, fire.stderr
+    assert sent(project) == 2
+    assert runs(project, "t_invoices")[1:] == [
+        (str(yesterday), "succeeded", 0),
+        (str(DAILY_DATE), "succeeded", 0),
+    ]
+
+
+@pytest.mark.process
+def test_a_catch_up_slot_whose_upstream_is_not_done_does_not_wait(sqlite_project):
+    project = sqlite_project
+    yesterday = set_up_catching_up(project)
+    assert project.run_job("t_rates").returncode == 0  # today's upstream, not yesterday's
+    started = time.monotonic()
+    fire = project.run_job("t_invoices")
+    assert time.monotonic() - started < 20  # not its 30 s --after-wait
+    assert fire.returncode == 75  # yesterday's slot still waits; today's ran
+    assert f"waiting: t_rates has not succeeded for {yesterday} (a catch-up slot)" in fire.stderr
+    assert sent(project) == 1
+    # Today's success is now the catch-up floor: yesterday's slot is run by hand.
+    assert project.run_job(f"--logical-date={yesterday}", "t_rates").returncode == 0
+    assert project.run_job(f"--logical-date={yesterday}", "t_invoices").returncode == 0
+    assert sent(project) == 2

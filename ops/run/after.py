@@ -10,7 +10,8 @@ heartbeats meanwhile. For each upstream job, its claims of the slot's logical da
 - running, waiting, or no claim yet: the run waits, polling every POLL seconds, up to
   --after-wait (default 30m) and never past the job's next fire time; still not done, it is
   recorded `waiting` (exit 75, a /log ping), and the next fire with --catch-up runs the slot
-  once the upstream succeeded.
+  once the upstream succeeded. A catch-up slot does not wait: it is recorded `waiting` at once
+  (else a run catching up three days would wait four times --after-wait).
 
 A signal during the wait ends it at once (128+N, the job never started), like a standby's.
 """
@@ -57,11 +58,16 @@ def upstream_state(job: str, day: dt.date) -> str:
     return FAILED
 
 
-def gate(runner: "Runner", run: JobRun, slot: Slot, *, now: dt.datetime) -> Ended | None:
-    """None once every upstream succeeded for the slot's date; else how the run ends."""
+def gate(
+    runner: "Runner", run: JobRun, slot: Slot, *, now: dt.datetime, catch_up: bool = False
+) -> Ended | None:
+    """None once every upstream succeeded for the slot's date; else how the run ends. A
+    catch-up slot (an earlier one) does not wait: its upstream had its day already."""
     upstreams = runner.opts.after or ()
     day = slot.logical_date
     bound = runner.opts.after_wait if runner.opts.after_wait is not None else DEFAULT_AFTER_WAIT
+    if catch_up:
+        bound = 0.0
     expr = runner.plan.job.cron_expr if runner.plan.job else None
     if expr is not None:
         from ..schedule.slots import next_fire
@@ -97,8 +103,9 @@ def gate(runner: "Runner", run: JobRun, slot: Slot, *, now: dt.datetime) -> Ende
                 return Ended(
                     Outcome.WAITING,
                     EXIT_SKIPPED,
-                    f"waiting: {names} has not succeeded for {day} (waited "
-                    f"{human_duration(bound) or '0s'}); the next fire with --catch-up runs it",
+                    f"waiting: {names} has not succeeded for {day} ("
+                    + (f"waited {human_duration(bound)}" if bound else "a catch-up slot")
+                    + "); the next fire with --catch-up runs it",
                 )
             if not said:
                 say(

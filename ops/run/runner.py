@@ -256,7 +256,7 @@ class Runner:
         run.rid = pinger.rid
         ended: Ended | None = None
         if self.opts.after and slot is not None:  # upstream jobs first (ops/run/after.py)
-            ended = after.gate(self, run, slot, now=timezone.now())
+            ended = after.gate(self, run, slot, now=timezone.now(), catch_up=catch_up)
             run.started_at = timezone.now()  # the wait is not the job's
         while ended is None:
             # The history and the admin show the command line: a secret passed as an argument
