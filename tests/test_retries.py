@@ -111,6 +111,33 @@ def test_sigterm_during_the_backoff_ends_the_run_at_once_with_143_and_one_line(
 
 
 @pytest.mark.process
+def test_an_attempt_ended_by_its_timeout_is_retried(sqlite_project):
+    project = sqlite_project
+    project.add_command(
+        "t_slow_once",
+        """
+        from django.conf import settings
+        path = settings.BASE_DIR / "attempts.txt"
+        first = not path.exists()
+        path.write_text("x")
+        if first:
+            time.sleep(60)  # ended by --timeout
+        print("fast this time", flush=True)
+        """,
+    )
+    project.write_cron(
+        "t.cron", f"{DAILY} --timeout=1s --retries=1 --retry-delay=0.1s t_slow_once\n"
+    )
+    result = project.run_job("t_slow_once")
+    assert result.returncode == 0, result.stderr
+    assert "attempt 1 of 2 failed (exit 124)" in result.stderr
+    assert [r[:3] for r in attempts_of(project, "t_slow_once")] == [
+        (1, "timed_out", 124),
+        (2, "succeeded", 0),
+    ]
+
+
+@pytest.mark.process
 def test_no_retry_would_start_after_the_jobs_next_fire_time(sqlite_project):
     """An every-minute job with a 2-minute backoff: its next fire always comes first."""
     project = sqlite_project
@@ -136,3 +163,23 @@ def test_retry_options_are_parsed_and_bounded():
     for bad in ("--retries=11", "--retries=-1", "--retry-on=0", "--retry-on=256", "--retry-on="):
         with pytest.raises(OptionsError):
             parse_run_args([bad, "x"])
+
+
+def test_failures_and_timeouts_are_retried_signals_and_takeovers_never():
+    from ops.models import Outcome
+    from ops.run.retries import Attempts
+    from ops.run.supervisor import Ended
+
+    attempts = Attempts(limit=2, delay=1.0, codes=None)
+    assert attempts.why_not(Ended(Outcome.FAILED, 1, ""), signalled=False) is None
+    assert attempts.why_not(Ended(Outcome.TIMED_OUT, 124, ""), signalled=False) is None
+    assert attempts.why_not(Ended(Outcome.TERMINATED, 143, ""), signalled=True) == ""
+    assert attempts.why_not(Ended(Outcome.TAKEN_OVER, 75, ""), signalled=False) == ""
+    assert attempts.why_not(Ended(Outcome.FAILED, 1, ""), signalled=True) == ""  # came meanwhile
+    attempts.number = 3  # the last of 1 + 2
+    assert attempts.why_not(Ended(Outcome.FAILED, 1, ""), signalled=False) == ""
+    only = Attempts(limit=2, delay=1.0, codes=(75, 124))
+    assert only.why_not(Ended(Outcome.TIMED_OUT, 124, ""), signalled=False) is None
+    assert "not retried (--retry-on=75,124)" in only.why_not(
+        Ended(Outcome.FAILED, 1, ""), signalled=False
+    )
