@@ -53,6 +53,7 @@ class JobRun(models.Model):
     # with getattr: a run loaded from the database has none); `kind` ("r"/"s"), the raw query
     # of ops.monitors.status.
     claim_version: int
+    claim_was: str | None  # the claim's state before this run took it (None: a new claim)
     kind: str
 
     class Meta:

@@ -192,3 +192,24 @@ def test_a_catch_up_slot_whose_upstream_is_not_done_does_not_wait(sqlite_project
     assert project.run_job(f"--logical-date={yesterday}", "t_rates").returncode == 0
     assert project.run_job(f"--logical-date={yesterday}", "t_invoices").returncode == 0
     assert sent(project) == 2
+
+
+@pytest.mark.process
+def test_a_forced_rerun_blocked_by_its_upstream_leaves_the_slot_done(sqlite_project):
+    """Found by the property test: --force took the claim of a done slot, the upstream had
+    failed since, and the slot (recorded blocked) would have run again at the next fire."""
+    project = sqlite_project
+    set_up(project)
+    assert project.run_job("t_rates").returncode == 0
+    assert project.run_job("t_invoices").returncode == 0
+    (project.dir / "up_fails").touch()
+    assert project.run_job("--force", "t_rates").returncode == 1
+    forced = project.run_job("--force", "t_invoices")
+    assert forced.returncode == 69
+    assert "the slot's earlier success stands" in forced.stderr
+    assert project.db.query("SELECT state FROM ops_slotclaim WHERE job = 't_invoices'") == [
+        ("succeeded",)
+    ]
+    again = project.run_job("t_invoices")
+    assert again.returncode == 0 and "already done" in again.stdout
+    assert sent(project) == 1

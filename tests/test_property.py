@@ -245,7 +245,8 @@ def make_machine(cron_dir, dead: process.Identity):
             WORLD.ledger.unlink(missing_ok=True)
             WORLD.executions.clear()
             WORLD.stats["examples"] += 1
-            self.expr, self.catch_up, self.retries, self.after = SCHEDULES[0], 0, 0, False
+            # Retries from the start (edit_schedule turns them off, or on again, like --after).
+            self.expr, self.catch_up, self.retries, self.after = SCHEDULES[0], 0, 1, False
             self.write_cron()
             self.crashed_runs: set[int] = set()
             self.last = None  # (argv, now, exit code, output, kind) of the last run
@@ -306,7 +307,7 @@ def make_machine(cron_dir, dead: process.Identity):
             now=instants,
             fail=st.sampled_from([False] * 4 + [True]),
             crash=CRASHES,
-            fail_first=st.sampled_from([0, 0, 1, 2]),
+            fail_first=st.sampled_from([0, 1, 2]),
         )
         def scheduled_run(self, now, fail, crash, fail_first):
             code, _, text = self.run(
@@ -355,7 +356,7 @@ def make_machine(cron_dir, dead: process.Identity):
         @rule(
             expr=st.sampled_from(SCHEDULES),
             catch_up=st.integers(0, 4),
-            retries=st.sampled_from([0, 0, 1, 2]),
+            retries=st.sampled_from([0, 1, 2]),
             after=st.booleans(),
         )
         def edit_schedule(self, expr, catch_up, retries, after):
@@ -363,7 +364,7 @@ def make_machine(cron_dir, dead: process.Identity):
             self.write_cron()
             WORLD.stats["steps"] += 1
 
-        @rule(now=instants, fails=st.sampled_from([False, False, True]), force=st.booleans())
+        @rule(now=instants, fails=st.booleans(), force=st.booleans())
         def upstream_run(self, now, fails, force):
             """The upstream job's run (cron's, or --force by hand): it succeeds or fails."""
             WORLD.upstream_fails = fails
@@ -381,12 +382,17 @@ def make_machine(cron_dir, dead: process.Identity):
 
         @invariant()
         def every_success_was_executed_under_its_claim(self):
-            done = {
-                (c.slot, c.version): c.logical_date.isoformat()
-                for c in SlotClaim.objects.filter(job=COMMAND, state=Outcome.SUCCEEDED)
-            }
+            claims_done = SlotClaim.objects.filter(job=COMMAND, state=Outcome.SUCCEEDED)
             ran = {(e.key, e.version): e.received for e in WORLD.executions if e.completed}
-            for (key, version), day in done.items():
+            for c in claims_done.select_related("run"):
+                key, version, day = c.slot, c.version, c.logical_date.isoformat()
+                if c.run is not None and c.run.outcome in (Outcome.WAITING, Outcome.BLOCKED):
+                    # A --force run that never ran the job (--after) kept the earlier success:
+                    # that one was executed under an earlier version of the claim.
+                    assert any(
+                        k == key and v < version and d == day for (k, v), d in ran.items()
+                    ), (key, version, day, WORLD.executions)
+                    continue
                 assert ran.get((key, version)) == day, (key, version, day, WORLD.executions)
 
         @invariant()
@@ -477,5 +483,6 @@ def test_no_slot_runs_twice_and_every_success_was_served_whatever_the_sequence(
     stats = explore(settings, tmp_path)
     print(stats)
     assert stats["examples"] >= EXAMPLES and stats["runs"] > EXAMPLES
-    if not os.environ.get("CRONOPS_PROPERTY_RANDOM"):  # the fixed examples reach issue 21's paths
+    if EXAMPLES == 60 and not os.environ.get("CRONOPS_PROPERTY_RANDOM"):
+        # The fixed examples of the default run reach issue 21's paths.
         assert stats["retried"] and stats["outcomes"].get("exit 69"), stats

@@ -58,6 +58,16 @@ def upstream_state(job: str, day: dt.date) -> str:
     return FAILED
 
 
+def kept_state(run: JobRun) -> str | None:
+    """The state a run that never ran its job (waiting, blocked) leaves on its claim when it
+    took the claim from a success (--force): the success stands, so the next fire does not
+    run the slot again."""
+    if run.outcome in (Outcome.WAITING, Outcome.BLOCKED):
+        if getattr(run, "claim_was", None) == Outcome.SUCCEEDED:
+            return Outcome.SUCCEEDED
+    return None
+
+
 def gate(
     runner: "Runner", run: JobRun, slot: Slot, *, now: dt.datetime, catch_up: bool = False
 ) -> Ended | None:
@@ -81,45 +91,58 @@ def gate(
         lost.append(note)
         runner.signals.wake()
 
-    said = False
     with Heartbeat(run, runner.heartbeat, lose):
-        while True:
-            states = {name: upstream_state(name, day) for name in upstreams}
-            failed = [name for name, state in states.items() if state == FAILED]
-            if failed:
-                names = ", ".join(failed)
-                return Ended(
-                    Outcome.BLOCKED,
-                    EXIT_BLOCKED,
-                    f"blocked: {names} did not succeed for {day}; not run (once {names} "
-                    "succeeded, the next fire with --catch-up or a run by hand runs it)",
-                )
-            pending = [name for name, state in states.items() if state == PENDING]
-            if not pending:
-                return None
-            names = ", ".join(pending)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return Ended(
-                    Outcome.WAITING,
-                    EXIT_SKIPPED,
-                    f"waiting: {names} has not succeeded for {day} ("
-                    + (f"waited {human_duration(bound)}" if bound else "a catch-up slot")
-                    + "); the next fire with --catch-up runs it",
-                )
-            if not said:
-                say(
-                    f"job {runner.plan.name}: waiting up to {human_duration(left)} for {names} "
-                    f"to succeed for {day}",
-                    runner.stdout,
-                )
-                said = True
-            runner.signals.wait([], min(POLL, left))
-            if lost:
-                runner.lost_claim = True
-                return Ended(Outcome.TAKEN_OVER, EXIT_SKIPPED, lost[0])
-            ended = runner.terminated()
-            if ended is not None:
-                return Ended(
-                    ended.outcome, ended.exit_code, f"{ended.note} while waiting for {names}"
-                )
+        ended = _wait(runner, upstreams, day, bound, deadline, lost)
+    if ended is not None and getattr(run, "claim_was", None) == Outcome.SUCCEEDED:
+        if ended.outcome in (Outcome.WAITING, Outcome.BLOCKED):  # kept_state keeps it done
+            ended.note += "; the slot's earlier success stands (this --force run did not run it)"
+    return ended
+
+
+def _wait(
+    runner: "Runner",
+    upstreams: tuple[str, ...],
+    day: dt.date,
+    bound: float,
+    deadline: float,
+    lost: list[str],
+) -> Ended | None:
+    said = False
+    while True:
+        states = {name: upstream_state(name, day) for name in upstreams}
+        failed = [name for name, state in states.items() if state == FAILED]
+        if failed:
+            names = ", ".join(failed)
+            return Ended(
+                Outcome.BLOCKED,
+                EXIT_BLOCKED,
+                f"blocked: {names} did not succeed for {day}; not run (once {names} "
+                "succeeded, the next fire with --catch-up or a run by hand runs it)",
+            )
+        pending = [name for name, state in states.items() if state == PENDING]
+        if not pending:
+            return None
+        names = ", ".join(pending)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Ended(
+                Outcome.WAITING,
+                EXIT_SKIPPED,
+                f"waiting: {names} has not succeeded for {day} ("
+                + (f"waited {human_duration(bound)}" if bound else "a catch-up slot")
+                + "); the next fire with --catch-up runs it",
+            )
+        if not said:
+            say(
+                f"job {runner.plan.name}: waiting up to {human_duration(left)} for {names} "
+                f"to succeed for {day}",
+                runner.stdout,
+            )
+            said = True
+        runner.signals.wait([], min(POLL, left))
+        if lost:
+            runner.lost_claim = True
+            return Ended(Outcome.TAKEN_OVER, EXIT_SKIPPED, lost[0])
+        ended = runner.terminated()
+        if ended is not None:
+            return Ended(ended.outcome, ended.exit_code, f"{ended.note} while waiting for {names}")

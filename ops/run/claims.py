@@ -368,6 +368,7 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
         version = 1 if created else row.version + 1
         run = new_run(job, slot, host=holder["host"], pid=me.pid, now=now, command=command)
         run.claim_version = version
+        run.claim_was = None if created else row.state  # a --force run's: succeeded
         SlotClaim.objects.filter(pk=row.pk, version=version).update(run=run)
     return ClaimResult(status="claimed", run=run, abandoned=abandoned, version=version)
 
@@ -398,10 +399,10 @@ def _ours(run: JobRun):
     return claims if version is None else claims.filter(version=version)
 
 
-def release(run: JobRun) -> int:
-    """Put the run's final outcome on its claim; 0 when the claim is no longer ours (another
-    run took it over), and then nothing is written."""
-    return _ours(run).update(state=run.outcome)
+def release(run: JobRun, state: str | None = None) -> int:
+    """Put the run's final outcome (or `state`) on its claim; 0 when the claim is no longer
+    ours (another run took it over), and then nothing is written."""
+    return _ours(run).update(state=state or run.outcome)
 
 
 def pass_on(run: JobRun, following: JobRun) -> int:

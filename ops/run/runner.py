@@ -447,7 +447,8 @@ class Runner:
             with transaction.atomic():
                 patience.in_transaction()
                 # Fenced: the outcome goes onto the claim only while the claim is ours.
-                if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run):
+                kept = after.kept_state(run)  # a --force run that never ran keeps a success
+                if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run, kept):
                     self.taken_over(run)
                 run.save()
 
