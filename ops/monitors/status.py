@@ -90,9 +90,17 @@ def default_grace() -> float:
 
 
 def grace_seconds(job: Job | None) -> float:
-    """How long after a slot its run may take before the job counts as overdue."""
+    """How long after a slot its run may take before the job counts as overdue: its --timeout
+    for each attempt (--retries) plus the waits between them and --after's, else
+    OPS_DEFAULT_GRACE for the whole run plus those waits."""
     timeout = job.options.timeout if job is not None else None
-    return max(MIN_GRACE, timeout if timeout else default_grace())
+    if job is None:
+        return max(MIN_GRACE, default_grace())
+    from ..run.retries import longest_run  # only for a declared job: job_status stays lean
+
+    if timeout:
+        return max(MIN_GRACE, longest_run(job.options, timeout))
+    return max(MIN_GRACE, default_grace() + longest_run(job.options, 0.0))
 
 
 @dataclass

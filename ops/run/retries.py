@@ -28,7 +28,7 @@ from django.db import DatabaseError, transaction
 
 from ..models import JobRun, Outcome
 from ..schedule.durations import human_duration
-from ..schedule.options import DEFAULT_RETRY_DELAY
+from ..schedule.options import DEFAULT_AFTER_WAIT, DEFAULT_RETRY_DELAY, RunOptions
 from ..schedule.slots import Slot, next_fire
 from . import claims, patience
 from .heartbeat import Heartbeat
@@ -48,6 +48,17 @@ def backoff(attempt: int, delay: float, rand=random.random) -> float:
     earlier retry, plus jitter, at most MAX_BACKOFF."""
     base = delay * 2 ** min(attempt - 1, 30)
     return min(base * (1 + JITTER * rand()), MAX_BACKOFF)
+
+
+def longest_run(opts: "RunOptions", per_attempt: float) -> float:
+    """Seconds a run of one slot may take when each attempt takes `per_attempt`: every attempt
+    (--retries), the longest waits between them, and --after's wait before them. The grace
+    job_status and healthchecks.io give a job, and a CronJob's deadline, are built on it."""
+    attempts = 1 + (opts.retries or 0)
+    delay = opts.retry_delay if opts.retry_delay is not None else DEFAULT_RETRY_DELAY
+    waits = sum(backoff(k, delay, rand=lambda: 1.0) for k in range(1, attempts))
+    after = (opts.after_wait or DEFAULT_AFTER_WAIT) if opts.after else 0.0
+    return per_attempt * attempts + waits + after
 
 
 @dataclass

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .crontabd import SPECIALS, CrontabError, Job, Schedule, load_schedule
-from .options import DEFAULT_AFTER_WAIT, DEFAULT_KILL_AFTER, DEFAULT_RETRY_DELAY
+from .options import DEFAULT_KILL_AFTER
 
 MANAGED_BY = "cronops"
 LOCK_DIR = "/run/cronops"  # an emptyDir: run_job's lock needs a writable directory in the pod
@@ -386,15 +386,10 @@ def active_deadline(job: Job, options: ExportOptions) -> int | None:
     timeout = job.options.timeout
     if not timeout:
         return None
-    from ..run.retries import backoff
+    from ..run.retries import longest_run
 
-    opts = job.options
-    attempts = 1 + (opts.retries or 0)  # each attempt has its --timeout; waits between them
-    delay = opts.retry_delay if opts.retry_delay is not None else DEFAULT_RETRY_DELAY
-    waits = sum(backoff(k, delay, rand=lambda: 1.0) for k in range(1, attempts))
-    after = (opts.after_wait or DEFAULT_AFTER_WAIT) if opts.after else 0.0
-    per_attempt = math.ceil(timeout) + math.ceil(opts.kill_after or DEFAULT_KILL_AFTER)
-    per_slot = per_attempt * attempts + math.ceil(waits) + math.ceil(after)
+    per_attempt = math.ceil(timeout) + math.ceil(job.options.kill_after or DEFAULT_KILL_AFTER)
+    per_slot = math.ceil(longest_run(job.options, per_attempt))
     deadline = per_slot * (1 + (job.options.catch_up or 0)) + options.deadline_margin
     return deadline + math.ceil(_standby_bound(job))
 
