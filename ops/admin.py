@@ -107,6 +107,7 @@ class JobRunAdmin(ReadOnlyAdmin):
         "slot",
         "logical_date_iso",
         "outcome_label",
+        "attempt",
         "exit_code",
         "duration_display",
         "lag_display",

@@ -44,6 +44,8 @@ OUTCOME_COLOURS = {
     Outcome.RUNNING: "#0969da",
     Outcome.SKIPPED: "#8c959f",
     Outcome.TAKEN_OVER: "#bf8700",  # not the slot's outcome: another run took it over
+    Outcome.WAITING: "#54aeff",  # --after: its upstream had not succeeded yet
+    Outcome.BLOCKED: "#a40e26",  # --after: its upstream failed for that date
 }
 STATE_COLOURS = {
     status.OK: "#1a7f37",
@@ -127,7 +129,7 @@ def _parse_time(value) -> dt.datetime:
 
 def latest_runs(names: list[str]) -> dict[str, tuple[list[tuple], list[float]]]:
     """{job: (last STRIP attempts newest first as (id, slot, outcome, exit code, duration,
-    started), last SPARK success durations newest first)} for every job in `names`.
+    started, attempt number), last SPARK success durations newest first)} for every job in `names`.
 
     Two small index range scans per job ((job, -started_at) and (job, outcome, -started_at)),
     sent together (`status.per_job_windows`): one ORM query per job and picture would cost more
@@ -137,7 +139,7 @@ def latest_runs(names: list[str]) -> dict[str, tuple[list[tuple], list[float]]]:
     outcome, started, duration = q("outcome"), q("started_at"), q("duration")
     statements = status.per_job_windows(
         names,
-        ["job", "id", "slot", "outcome", "exit_code", "duration", "started_at"],
+        ["job", "id", "slot", "outcome", "exit_code", "duration", "started_at", "attempt"],
         [
             ("s", f"{outcome} <> %s ORDER BY {started} DESC LIMIT {STRIP}", [Outcome.SKIPPED]),
             (
@@ -152,10 +154,10 @@ def latest_runs(names: list[str]) -> dict[str, tuple[list[tuple], list[float]]]:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        for kind, name, pk, slot, out, code, took, started_at in rows:
+        for kind, name, pk, slot, out, code, took, started_at, attempt in rows:
             attempts, durations = result[name]
             if kind == "s":
-                attempts.append((pk, slot, out, code, took, _parse_time(started_at)))
+                attempts.append((pk, slot, out, code, took, _parse_time(started_at), attempt))
             else:
                 durations.append(took)
     for attempts, _ in result.values():  # each subquery's order is its own: sort again
@@ -165,13 +167,16 @@ def latest_runs(names: list[str]) -> dict[str, tuple[list[tuple], list[float]]]:
 
 def strip_html(attempts: list[tuple], tz: ZoneInfo, run_url: str) -> str:
     """One mark per attempt, oldest first: a link to the run, its colour its outcome, its
-    title (shown on hover) the slot, outcome, exit code and duration.
+    title (shown on hover) the slot, outcome, exit code and duration, and which attempt it was
+    when the slot was retried (--retries).
 
     Plain string building with html.escape: 1,500 marks through format_html cost more than
     every query of the page together."""
     marks = []
-    for pk, slot, outcome, code, duration, started_at in reversed(attempts):
+    for pk, slot, outcome, code, duration, started_at, attempt in reversed(attempts):
         title = f"slot {slot}" if slot else f"started {local_time(started_at, tz)}"
+        if attempt and attempt > 1:
+            title += f" · attempt {attempt}"
         title += " · " + outcome.replace("_", " ")
         if code is not None:
             title += f" · exit {code}"

@@ -14,6 +14,10 @@ class Outcome(models.TextChoices):
     # This run lost its claim while frozen or cut off from the database, and another run took
     # the slot over: the slot's outcome is that run's, never this one's (docs/several-servers.md).
     TAKEN_OVER = "taken_over", "taken over"
+    # --after (ops/run/after.py): an upstream job had not succeeded for the slot's date within
+    # --after-wait (the next fire runs the slot), or it failed for that date (not run).
+    WAITING = "waiting"
+    BLOCKED = "blocked"
 
 
 class JobRun(models.Model):
@@ -42,10 +46,14 @@ class JobRun(models.Model):
     started_by = models.CharField(max_length=150, blank=True, default="", db_default="")
     # A fire refused because the job was paused (ops/control/pauses.py): one per slot at most.
     paused = models.BooleanField(default=False, db_default=False)
+    # Which attempt at its slot this row is (--retries, ops/run/retries.py): 1, then 2, 3...
+    # within one run_job call; the slot's outcome is its last attempt's.
+    attempt = models.PositiveSmallIntegerField(default=1, db_default=1)
     # Not columns: the claim version a run holds, set by ops.run.claims on the run it creates (read
     # with getattr: a run loaded from the database has none); `kind` ("r"/"s"), the raw query
     # of ops.monitors.status.
     claim_version: int
+    claim_was: str | None  # the claim's state before this run took it (None: a new claim)
     kind: str
 
     class Meta:

@@ -9,6 +9,7 @@ side and cronsim (Debian's rules, the runner's slot maths) on the other.
 
 import datetime as dt
 import io
+import math
 import shutil
 import urllib.parse
 from pathlib import Path
@@ -857,3 +858,21 @@ def test_sunday_as_7_is_named_before_any_dst_night(tmp_path):
     directory = crontab_dir(tmp_path, "30 2 * * 7 sleep_demo\n")
     with pytest.raises(kubernetes.ExportError, match="day of week 7"):
         export(directory, time_zone="Europe/Berlin")
+
+
+def test_retries_and_after_add_their_attempts_and_waits_to_the_deadline(tmp_path, settings):
+    """Each attempt has its --timeout, the backoffs come between them (at their longest, with
+    jitter), and --after's wait before them: the pod must outlive all of it."""
+    settings.OPS_STANDBY = ""
+    directory = crontab_dir(
+        tmp_path,
+        "0 2 * * * --name=rates clearsessions\n"
+        "0 3 * * * --timeout=10m --retries=2 --retry-delay=1m --name=a clearsessions\n"
+        "0 4 * * * --timeout=10m --after=rates --after-wait=20m --name=b clearsessions\n",
+    )
+    deadlines = {
+        d["metadata"]["name"]: d["spec"]["jobTemplate"]["spec"].get("activeDeadlineSeconds")
+        for d in export(directory)
+    }
+    assert deadlines["a"] == 3 * (10 * 60 + 10) + math.ceil(60 * 1.1 + 120 * 1.1) + 300
+    assert deadlines["b"] == 10 * 60 + 10 + 20 * 60 + 300

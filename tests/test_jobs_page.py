@@ -365,3 +365,31 @@ def test_what_a_crontab_d_or_a_run_says_is_escaped_on_both_pages(scenario, admin
         html = page.content.decode()
         assert "<script>" not in html
         assert "&lt;script&gt;" in html
+
+
+@pytest.mark.django_db
+def test_a_retried_slot_shows_each_attempt_and_is_judged_by_its_last(scenario, admin_client):
+    """--retries: the failed attempt before the success is a mark of its own, titled with its
+    attempt number; the job stays ok (the slot's outcome is its last attempt's)."""
+    ok = JobRun.objects.filter(job="ok-job").order_by("started_at").last()
+    first = JobRun.objects.create(
+        job="ok-job",
+        slot=ok.slot,
+        logical_date=ok.logical_date,
+        scheduled_at=ok.scheduled_at,
+        outcome=Outcome.FAILED,
+        exit_code=75,
+        started_at=ok.started_at - dt.timedelta(minutes=2),
+        finished_at=ok.started_at - dt.timedelta(minutes=1),
+        duration=60.0,
+        host="web-1",
+        pid=1,
+    )
+    ok.attempt = 2
+    ok.save()
+    with time_machine.travel(NOW, tick=False):
+        html = admin_client.get(JOBS).content.decode()
+    assert dict(rows_of(html))["ok-job"] == "ok"
+    assert marks_of(html, "ok-job")[-2:] == ["failed", "succeeded"]
+    assert f"slot {ok.slot} · attempt 2 · succeeded" in html
+    assert f'href="/admin/ops/jobrun/{first.pk}/change/"' in html

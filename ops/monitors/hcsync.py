@@ -6,8 +6,8 @@ The plan is computed from crontab.d and the checks the API lists, then applied w
 - `schedule` = the job's five cron fields (`@daily` and friends expanded), `tz` = TIME_ZONE;
   an `@reboot` job becomes a simple check with `timeout` = one year (it cannot be late, it
   can only fail);
-- `grace` = the job's grace as job_status computes it (its --timeout, else OPS_DEFAULT_GRACE,
-  at least 60 s, at most the API's one year);
+- `grace` = the job's grace as job_status computes it (its --timeout, else OPS_DEFAULT_GRACE;
+  with --retries and --after, every attempt and wait; at least 60 s, at most the API's year);
 - `desc` = the comment above the job, then the marker line `cronops job: <slug>`; `tags` =
   the check's other tags plus the project tag (OPS_HC_TAG, default
   `cronops-<project directory name>`); `methods` = `POST` (cronops pings with POST, so a link

@@ -151,8 +151,9 @@ class Pinger:
         return bool(self.url)
 
     def start(self) -> None:
-        """Send /start in a daemon thread: the job never waits for it."""
-        if not self.enabled:
+        """Send /start in a daemon thread: the job never waits for it. Once per run: a retried
+        attempt (--retries) sends none of its own."""
+        if not self.enabled or self._start_thread is not None:
             return
         deadline = time.monotonic() + self.config.budget
         self._start_thread = threading.Thread(

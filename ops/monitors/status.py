@@ -13,7 +13,9 @@ States, in order of precedence (the first that applies wins):
 - ``running``: its latest attempt is still running and alive: its slot claim's heartbeat is
   fresh (or, for a run without a slot, its --timeout has not passed). A "running" row whose
   process died is treated as abandoned, i.e. a failure.
-- ``failing``: its latest finished attempt failed, timed out, was terminated or abandoned.
+- ``failing``: its latest finished attempt failed, timed out, was terminated or abandoned, or
+  was blocked by a failed upstream (--after). With --retries the latest attempt is the slot's
+  last: a slot a retry fixed is ok.
 - ``overdue``: the job has a schedule and its *due slot* has no success. The due slot is the
   most recent fire time S with ``S + grace <= now``; it counts as done when the slot's claim
   succeeded or the last success served S or a later slot (or, unslotted, started at or after S).
@@ -48,7 +50,14 @@ OK, RUNNING, FAILING, OVERDUE, NEVER_RUN = "ok", "running", "failing", "overdue"
 PAUSED = "paused"
 STATES = (OK, RUNNING, FAILING, OVERDUE, NEVER_RUN, PAUSED)
 HEALTHY = {OK, RUNNING, PAUSED}
-FAILURES = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED)
+# A slot blocked by its failed upstream (--after) needs a look as much as a failure does.
+FAILURES = (
+    Outcome.FAILED,
+    Outcome.TIMED_OUT,
+    Outcome.TERMINATED,
+    Outcome.ABANDONED,
+    Outcome.BLOCKED,
+)
 # Not attempts of the job: a skip did nothing, and a run taken over (frozen or cut off from the
 # database past 3 heartbeats) is not its slot's outcome: the run that took it over has that.
 NOT_ATTEMPTS = (Outcome.SKIPPED, Outcome.TAKEN_OVER)
@@ -81,9 +90,17 @@ def default_grace() -> float:
 
 
 def grace_seconds(job: Job | None) -> float:
-    """How long after a slot its run may take before the job counts as overdue."""
+    """How long after a slot its run may take before the job counts as overdue: its --timeout
+    for each attempt (--retries) plus the waits between them and --after's, else
+    OPS_DEFAULT_GRACE for the whole run plus those waits."""
     timeout = job.options.timeout if job is not None else None
-    return max(MIN_GRACE, timeout if timeout else default_grace())
+    if job is None:
+        return max(MIN_GRACE, default_grace())
+    from ..run.retries import longest_run  # only for a declared job: job_status stays lean
+
+    if timeout:
+        return max(MIN_GRACE, longest_run(job.options, timeout))
+    return max(MIN_GRACE, default_grace() + longest_run(job.options, 0.0))
 
 
 @dataclass

@@ -52,7 +52,14 @@ from .fencing import (  # noqa: F401  (their old home: callers import them from 
 )
 
 STALE_HEARTBEATS = 3  # a claim that cannot be checked is dead after this many missed heartbeats
-RETRYABLE = [Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.ABANDONED]
+RETRYABLE = [
+    Outcome.FAILED,
+    Outcome.TIMED_OUT,
+    Outcome.TERMINATED,
+    Outcome.ABANDONED,
+    Outcome.WAITING,  # --after: the slot runs once its upstream succeeded
+    Outcome.BLOCKED,
+]
 ATTEMPTS = 5  # re-reads when another run changed the claim between our read and our update
 FENCE_POLL = 1.0  # seconds between two tries of a takeover held back by a fencing transaction
 
@@ -361,6 +368,7 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
         version = 1 if created else row.version + 1
         run = new_run(job, slot, host=holder["host"], pid=me.pid, now=now, command=command)
         run.claim_version = version
+        run.claim_was = None if created else row.state  # a --force run's: succeeded
         SlotClaim.objects.filter(pk=row.pk, version=version).update(run=run)
     return ClaimResult(status="claimed", run=run, abandoned=abandoned, version=version)
 
@@ -391,10 +399,19 @@ def _ours(run: JobRun):
     return claims if version is None else claims.filter(version=version)
 
 
-def release(run: JobRun) -> int:
-    """Put the run's final outcome on its claim; 0 when the claim is no longer ours (another
-    run took it over), and then nothing is written."""
-    return _ours(run).update(state=run.outcome)
+def release(run: JobRun, state: str | None = None) -> int:
+    """Put the run's final outcome (or `state`) on its claim; 0 when the claim is no longer
+    ours (another run took it over), and then nothing is written."""
+    return _ours(run).update(state=state or run.outcome)
+
+
+def pass_on(run: JobRun, following: JobRun) -> int:
+    """Put the run's claim on `following`, its next attempt (--retries), keeping the claim's
+    state and version; 0 when the claim is no longer ours, and then nothing is written."""
+    version = getattr(run, "claim_version", None)
+    if version is not None:
+        following.claim_version = version
+    return _ours(run).update(run=following)
 
 
 def peek(job: str, slot_key: str) -> SlotClaim | None:

@@ -90,6 +90,12 @@ def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Pla
     else:
         options = merge(job.options, cli)
         options.name = job.name if job.name != job.options.command else options.name
+    if options.after and options.logical_date is None and (job is None or job.cron_expr is None):
+        # No slot, so no logical date for the upstream to have succeeded for.
+        raise UsageError(
+            "--after needs a logical date: give --logical-date=YYYY-MM-DD, or declare the job "
+            "with a schedule in crontab.d"
+        )
     plan = Plan(options=options, job=job)
     _check_logical_date(plan, from_declaration=job is not None and not cli.args, now=now)
     return plan

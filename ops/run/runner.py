@@ -25,7 +25,7 @@ from ..monitors.redact import Redactor
 from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
 from ..schedule.slots import Slot
-from . import claims, claimstep, descendants, patience, process, standby
+from . import after, claims, claimstep, descendants, patience, process, retries, standby
 from .heartbeat import Heartbeat, taken_over_note
 from .lock import JobLock, LockError
 from .output import JobLog, Tail, Tee, settle, standard_streams
@@ -84,6 +84,7 @@ class Runner:
         self.standby_deadline = time.monotonic() + (self.standby or 0)
         self.claim_wait = ""  # what the claim step waits for, once it waits (claimstep.py)
         self.action = actions.from_environment()  # started from the jobs page (who, and why)
+        self.attempts: retries.Attempts | None = None  # the current slot's (--retries)
 
     def pinger(self, enabled: bool = True) -> Pinger:
         return Pinger(
@@ -264,20 +265,44 @@ class Runner:
             self.write(lambda: actions.attach(self.action, run))
         except patience.Locked as locked:  # who started it goes unsaid; the run goes on
             say(f"job {self.plan.name}: {locked}: the run's starter is not recorded", self.stderr)
-        pinger = self.pinger(enabled=not catch_up)
+        pinger = self.pinger(enabled=not catch_up)  # one rid, one /start for all attempts
+        self.attempts = attempts = retries.Attempts.of(self)
         run.rid = pinger.rid
-        # The history and the admin show the command line: a secret passed as an argument is not
-        # kept there (the admin's search box would let anyone test guesses at it).
-        run.command = self.redactor.text(" ".join([self.opts.command, *self.opts.args]))[:500]
-        tail = Tail(TAIL_BYTES, redactor=self.redactor)
-        tee = Tee(tail, quiet=bool(self.opts.quiet))
-        started = time.monotonic()
-        ended = self.terminated()  # a signal while the slot was claimed: the job never starts
-        if ended is None:
-            ended = self.supervise(run, slot, tee, pinger)
-        if ended.command:
-            run.command = self.redactor.text(ended.command)[:500]
-        return self.conclude(run, slot, ended, time.monotonic() - started, tee, pinger, catch_up)
+        ended: Ended | None = None
+        if self.opts.after and slot is not None:  # upstream jobs first (ops/run/after.py)
+            ended = after.gate(self, run, slot, now=timezone.now(), catch_up=catch_up)
+            run.started_at = timezone.now()  # the wait is not the job's
+        while ended is None:
+            # The history and the admin show the command line: a secret passed as an argument
+            # is not kept there (the admin's search box would let anyone test guesses at it).
+            run.command = self.redactor.text(" ".join([self.opts.command, *self.opts.args]))[:500]
+            tail = Tail(TAIL_BYTES, redactor=self.redactor)
+            tee = Tee(tail, quiet=bool(self.opts.quiet))
+            started = time.monotonic()
+            ended = self.terminated()  # a signal while the slot was claimed: the job never starts
+            if ended is None:
+                ended = self.supervise(run, slot, tee, pinger)
+            if ended.command:
+                run.command = self.redactor.text(ended.command)[:500]
+            duration = time.monotonic() - started
+            following = retries.next_attempt(
+                self, attempts, run, slot, ended, duration, tail.text(HISTORY_TAIL_BYTES),
+                now=timezone.now(),
+            )  # fmt: skip
+            if following is None:
+                break
+            tee.close()  # a retried attempt's output is in its history row (and was printed)
+            run, wait = following
+            waited = retries.wait_to_retry(self, run, wait)
+            if waited is not None:  # a signal, or the claim lost: the next attempt never starts
+                tee = Tee(Tail(TAIL_BYTES, redactor=self.redactor), quiet=bool(self.opts.quiet))
+                ended, duration = waited, 0.0
+                break
+            run.started_at, ended = timezone.now(), None
+        else:  # the slot never ran: waiting for (or blocked by) an upstream, or a signal
+            tee, duration = Tee(Tail(TAIL_BYTES, redactor=self.redactor)), 0.0
+        assert ended is not None
+        return self.conclude(run, slot, ended, duration, tee, pinger, catch_up)
 
     def supervise(self, run: JobRun, slot: Slot | None, tee: Tee, pinger: Pinger) -> Ended:
         """Fork the job (ops/run/supervisor.py) and see it to its end: its output teed, its
@@ -336,12 +361,16 @@ class Runner:
             tee.replay()
         tee.close()
         lost_output = tee.loss_note()
-        if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED):
+        if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.WAITING, Outcome.BLOCKED):
             say(f"job {self.plan.name}: {note}", self.stderr)
-            self.stop = True
+            self.stop = self.stop or outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED)
         if outcome == Outcome.TAKEN_OVER:  # the heartbeat thread said so already
             note += "; the job was stopped"
-        kind = None  # timeouts and signals ping their exit code (/124, /143, /130)
+        # Timeouts and signals ping their exit code (/124, /143, /130); a slot waiting for its
+        # upstream is no failure (/log), one blocked by a failed upstream is (/fail).
+        kind = (
+            "log" if outcome == Outcome.WAITING else "fail" if outcome == Outcome.BLOCKED else None
+        )
         if lost_output:
             # The log's disk is full (or the reader is gone). The job's outcome stands (a done
             # slot must not run again), but the history notes it and the ping is /fail (its
@@ -355,6 +384,11 @@ class Runner:
         if self.log_problem:  # said on cron's stderr at the start; monitoring hears it too
             note = f"{note}; {self.log_problem}" if note else self.log_problem
             kind = "fail"
+        if self.attempts is not None and (said := self.attempts.head(outcome)):
+            note = f"{said}; {note}" if note else said
+            ended_by_us = outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED)  # said above
+            if not ended_by_us and (not self.opts.quiet or exit_code):
+                say(f"job {self.plan.name}: {said}", self.stderr if exit_code else self.stdout)
         note = self.redactor.text(note)  # an error line may quote a secret
         lost = self.record(run, outcome, exit_code, duration, note, tail)
         if lost:
@@ -427,7 +461,8 @@ class Runner:
             with transaction.atomic():
                 patience.in_transaction()
                 # Fenced: the outcome goes onto the claim only while the claim is ours.
-                if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run):
+                kept = after.kept_state(run)  # a --force run that never ran keeps a success
+                if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run, kept):
                     self.taken_over(run)
                 run.save()
 

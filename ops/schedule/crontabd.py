@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..run.commandargs import ArgsChecker
+from . import dependencies
 from .options import (
     JOB_NAME,
     JOB_NAME_RULE,
@@ -535,6 +536,8 @@ def load_schedule(
             result.mailto, result.mailto_at = part.mailto, part.mailto_at
         result.jobs.extend(part.jobs)
         result.files.append(str(path))
+    for job, why in dependencies.problems(result.jobs):  # --after's rules: the first one
+        raise CrontabError(job.path, job.lineno, why, f"{job.schedule} {shlex.join(job.argv)}")
     return result
 
 

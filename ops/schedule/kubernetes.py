@@ -381,11 +381,15 @@ def active_deadline(job: Job, options: ExportOptions) -> int | None:
     margin for what comes before run_job's own clock starts (scheduling, image pull, Django's
     start), plus the standby's bound when the job stands by (its line's --standby, or
     OPS_STANDBY in these settings): a pod of a second Job for the slot may wait that long, then
-    run it. None without --timeout: the job may run as long as under cron."""
+    run it. With --retries, every attempt and the longest waits between them; with --after, its
+    --after-wait. None without --timeout: the job may run as long as under cron."""
     timeout = job.options.timeout
     if not timeout:
         return None
-    per_slot = math.ceil(timeout) + math.ceil(job.options.kill_after or DEFAULT_KILL_AFTER)
+    from ..run.retries import longest_run
+
+    per_attempt = math.ceil(timeout) + math.ceil(job.options.kill_after or DEFAULT_KILL_AFTER)
+    per_slot = math.ceil(longest_run(job.options, per_attempt))
     deadline = per_slot * (1 + (job.options.catch_up or 0)) + options.deadline_margin
     return deadline + math.ceil(_standby_bound(job))
 

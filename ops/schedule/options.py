@@ -28,6 +28,11 @@ MAX_DURATION = 365 * 86400
 # passed on, a lost claim) and the SIGKILL of its process group.
 DEFAULT_KILL_AFTER = 10.0
 EARLIEST_LOGICAL_DATE = dt.date(1970, 1, 1)
+# --retries: at most this many attempts after the first (ops/run/retries.py bounds each wait).
+MAX_RETRIES = 10
+DEFAULT_RETRY_DELAY = 60.0
+# --after-wait's default: how long a dependent slot waits for its upstream's success.
+DEFAULT_AFTER_WAIT = 1800.0
 # A bare `--standby` as the parser sees it. The option's value must be joined with `=`
 # (`--standby=30m`): `--standby charge_daily` would otherwise read the command as its value.
 # parse_run_args rewrites the bare word to this; a NUL never occurs in a real argument.
@@ -65,6 +70,15 @@ class RunOptions:
     # None: not said (OPS_STANDBY decides); False: --no-standby; True: --standby (bounded by
     # the job's --timeout, ops/run/standby.py); a number: --standby=DURATION, in seconds.
     standby: bool | float | None = None
+    # Failed attempts tried again (ops/run/retries.py): how many, the first backoff in seconds,
+    # and the exit codes that are retried (None: every failure and timeout).
+    retries: int | None = None
+    retry_delay: float | None = None
+    retry_on: tuple[int, ...] | None = None
+    # --after (ops/run/after.py): jobs that must have succeeded for the same logical date first,
+    # and how long to wait for them (seconds).
+    after: tuple[str, ...] | None = None
+    after_wait: float | None = None
     # Which options the command line set explicitly (the rest may come from crontab.d).
     given: set[str] = field(default_factory=set)
 
@@ -129,6 +143,38 @@ def _count(text):
             f"{shown} is too many: at most {MAX_CATCH_UP} earlier slots per run"
         )
     return count
+
+
+def _retries(text):
+    if not re.fullmatch(r"[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"bad count {shown(text)}: use a whole number ≥ 0")
+    count = int(text) if len(text) <= 10 else MAX_RETRIES + 1
+    if count > MAX_RETRIES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_RETRIES} retries per slot, not {text}")
+    return count
+
+
+def _codes(text):
+    codes = []
+    for word in text.split(","):
+        if not re.fullmatch(r"[0-9]{1,3}", word) or not 1 <= int(word) <= 255:
+            raise argparse.ArgumentTypeError(
+                f"bad exit code {shown(word)} in --retry-on: use codes 1-255, comma-separated"
+            )
+        codes.append(int(word))
+    return tuple(sorted(set(codes)))
+
+
+def _upstreams(text):
+    names = []
+    for word in text.split(","):
+        if not JOB_NAME.match(word):
+            raise argparse.ArgumentTypeError(
+                f"bad job name {shown(word)} in --after: use {JOB_NAME_RULE}, comma-separated"
+            )
+        if word not in names:
+            names.append(word)
+    return tuple(names)
 
 
 def _name(text):
@@ -198,6 +244,40 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
         help="never stand by, even with OPS_STANDBY on: exit 75 when the slot is busy",
     )
     parser.add_argument(
+        "--retries",
+        type=_retries,
+        metavar="N",
+        help=f"run a failed or timed-out attempt again, up to N more times (at most "
+        f"{MAX_RETRIES}), within the slot's claim; never past the job's next fire time",
+    )
+    parser.add_argument(
+        "--retry-delay",
+        type=_duration,
+        metavar="DURATION",
+        help="wait before the first retry (default 1m); it doubles for each next one, with "
+        "jitter, at most 1h",
+    )
+    parser.add_argument(
+        "--retry-on",
+        type=_codes,
+        metavar="CODES",
+        help="retry only these exit codes (comma-separated, e.g. 75; a timeout is 124)",
+    )
+    parser.add_argument(
+        "--after",
+        type=_upstreams,
+        metavar="JOB[,JOB...]",
+        help="run the slot only once each named job has succeeded for the same logical date: "
+        "wait for it (--after-wait), exit 75 if it has not, exit 69 (blocked) if it failed",
+    )
+    parser.add_argument(
+        "--after-wait",
+        type=_duration,
+        metavar="DURATION",
+        help="how long --after waits for its upstream jobs (default 30m; never past the job's "
+        "next fire time)",
+    )
+    parser.add_argument(
         "--logical-date",
         type=_date,
         metavar="YYYY-MM-DD",
@@ -257,6 +337,11 @@ RUNNER_FIELDS = _FIELDS = [
     "quiet",
     "log",
     "standby",
+    "retries",
+    "retry_delay",
+    "retry_on",
+    "after",
+    "after_wait",
 ]
 
 

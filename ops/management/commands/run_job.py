@@ -61,6 +61,8 @@ class Command(BaseCommand):
                 argv.append("--no-standby")
             elif value is True:
                 argv.append(flag)
+            elif isinstance(value, tuple):  # --retry-on's codes
+                argv.append(f"{flag}={','.join(map(str, value))}")
             elif value not in (None, False, 0):
                 argv.append(f"{flag}={value}")
         # call_command() moves the REMAINDER `args` out of the options into *args (Django's

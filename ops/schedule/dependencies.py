@@ -1,0 +1,81 @@
+"""crontab.d's --after rules (ops/run/after.py runs them): every upstream is a declared job, no
+job depends on itself through any chain, and an upstream's logical dates line up with its
+dependent's.
+
+The rule for lining up: a dependent slot waits for its upstream's success *for the same
+logical date*, so the upstream must have exactly one slot on each date the dependent runs:
+a once-a-day schedule (single minute and hour) whose day fields (day of month, month, day of
+week) are `* * *` or the dependent's own. A daily job after a weekly one would wait six days
+in seven for a date the upstream never runs; a job after an hourly one would not know which of
+its 24 slots it means.
+"""
+
+from typing import TYPE_CHECKING
+
+from .slots import once_a_day
+
+if TYPE_CHECKING:
+    from .crontabd import Job
+
+EVERY_DAY = ["*", "*", "*"]
+
+
+def problems(jobs: list["Job"]) -> list[tuple["Job", str]]:
+    """(job, why) for each job whose --after breaks a rule, in file order."""
+    found: list[tuple[Job, str]] = []
+    by_name = {job.name: job for job in jobs}
+    for job in jobs:
+        for name in job.options.after or ():
+            upstream = by_name.get(name)
+            if upstream is None:
+                found.append((job, f"--after names {name!r}, which no crontab.d line declares"))
+                continue
+            why = _lines_up(job, upstream)
+            if why:
+                found.append((job, why))
+    for job in jobs:
+        cycle = _cycle_from(job, by_name)
+        if cycle:
+            found.append((job, "--after makes a cycle: " + " → ".join(cycle)))
+            break  # one report per cycle is enough: the first job of it in file order
+    return found
+
+
+def _lines_up(job: "Job", upstream: "Job") -> str:
+    if upstream.name == job.name:
+        return f"job {job.name!r} cannot run --after itself"
+    mine, theirs = job.cron_expr, upstream.cron_expr
+    if mine is None or theirs is None:
+        which = job if mine is None else upstream
+        return f"--after {upstream.name}: @reboot job {which.name!r} has no logical dates"
+    if not once_a_day(theirs):
+        return (
+            f"--after {upstream.name}: its schedule `{upstream.schedule}` runs several times a "
+            "day, so its logical dates do not line up with this job's (an upstream must run "
+            "once a day: single minute and hour)"
+        )
+    days, their_days = mine.split()[2:], theirs.split()[2:]
+    if their_days not in (EVERY_DAY, days):
+        return (
+            f"--after {upstream.name}: its schedule `{upstream.schedule}` does not run on every "
+            f"day this job's `{job.schedule}` runs, so some of this job's logical dates would "
+            "wait for a date it never runs (an upstream's day fields must be `* * *` or this "
+            "job's own)"
+        )
+    return ""
+
+
+def _cycle_from(start: "Job", by_name: dict[str, "Job"]) -> list[str]:
+    """The names along a chain of --after from `start` back to it; [] when there is none."""
+    stack = [(start.name, [start.name])]
+    seen: set[str] = set()
+    while stack:
+        name, path = stack.pop()
+        job = by_name.get(name)
+        for upstream in (job.options.after or ()) if job else ():
+            if upstream == start.name:
+                return [*path, upstream]
+            if upstream not in seen:
+                seen.add(upstream)
+                stack.append((upstream, [*path, upstream]))
+    return []
