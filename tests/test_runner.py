@@ -251,7 +251,9 @@ def test_a_broken_ping_server_never_changes_the_exit_code_or_delays_the_start(
     broken, start, total = timed(env={"HEALTHCHECKS_PING_URL": url})
     assert baseline.returncode == broken.returncode == 3
     assert start - base_start < 1.5, "the start ping delayed the job"
-    assert total - base_total < budget + 1.5, "the pings took longer than their budget"
+    # A loaded machine stretches both runs alike: half the baseline's own time is the noise.
+    slack = max(1.5, base_total / 2)
+    assert total - base_total < budget + slack, "the pings took longer than their budget"
     # 429 is not retried (a retry counts against the per-minute limit again) and says so.
     assert ("rate-limited" if failure == "429" else "ping failed") in broken.stderr
     assert PING_KEY not in broken.stdout + broken.stderr
