@@ -52,6 +52,10 @@ class JobFilter(admin.SimpleListFilter):
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     actions = None
+    # A large table: short pages, no full count, no facet counts (each would scan it all).
+    list_per_page = 50
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
 
     def has_add_permission(self, request):
         return False
@@ -116,9 +120,6 @@ class JobRunAdmin(ReadOnlyAdmin):
     list_display_links = ["started", "job"]
     list_filter = [JobFilter, OutcomeFilter, ("started_at", admin.DateFieldListFilter)]
     search_fields = ["job", "slot", "note", "host", "command"]
-    list_per_page = 50
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER  # facet counts would scan the whole history
     fieldsets = [
         (
             None,
@@ -223,9 +224,6 @@ class SlotClaimAdmin(ReadOnlyAdmin):
     list_filter = [JobFilter, "state"]
     search_fields = ["job", "slot", "host"]
     ordering = ["-id"]
-    list_per_page = 50
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
 
     @admin.display(description="run")
     def run_link(self, obj):
@@ -249,9 +247,6 @@ class EffectAdmin(ReadOnlyAdmin):
     list_filter = [JobFilter]
     search_fields = ["job", "slot", "key"]
     ordering = ["-id"]
-    list_per_page = 50
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
 
     @admin.display(description="run")
     def run(self, obj):
@@ -269,9 +264,6 @@ class JobActionAdmin(ReadOnlyAdmin):
     logical_date_iso = iso("logical_date", "logical date")
     list_filter = ["kind", ("at", admin.DateFieldListFilter)]
     search_fields = ["job", "username", "note"]
-    list_per_page = 50
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
 
     @admin.display(description="run")
     def run_link(self, obj):
