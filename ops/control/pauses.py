@@ -14,6 +14,7 @@ due slot overdue.
 --until's spellings: ops/control/until.py.
 """
 
+import contextlib
 import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -22,7 +23,7 @@ from zoneinfo import ZoneInfo
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from ..models import JobAction, JobPause, JobRun, Outcome
+from ..models import JobAction, JobPause, JobRun
 from ..schedule.crontabd import Job
 from ..schedule.slots import Slot
 from . import actions
@@ -136,6 +137,26 @@ def patient_command_write(stderr) -> "Write":
         return patience.patiently(fn, sleep=time.sleep, waiting=waiting)
 
     return write
+
+
+@contextlib.contextmanager
+def command_database_errors():
+    """job_pause's and job_resume's database errors as one line and exit 2: a writer that held
+    the database past the bound, or a database that is down or not migrated."""
+    from django.core.management.base import CommandError
+    from django.db import DatabaseError
+
+    from .. import conf
+    from ..run import patience
+
+    try:
+        yield
+    except patience.Locked as exc:
+        raise CommandError(f"database unavailable: {exc}", returncode=2) from None
+    except DatabaseError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
+        raise CommandError(f"database unavailable: {first}{hint}", returncode=2) from None
 
 
 def _begin() -> None:
@@ -356,20 +377,7 @@ def _refuse(runner, pause: JobPause, now: dt.datetime, tz: ZoneInfo, write: "Wri
     def record() -> JobRun:
         with transaction.atomic():
             _begin()
-            return claims.new_run(
-                name,
-                slot,
-                host=runner.host,
-                pid=runner.pid,
-                now=now,
-                command=runner.opts.command,
-                outcome=Outcome.SKIPPED,
-                note=note,
-                exit_code=0,
-                finished_at=now,
-                duration=0.0,
-                paused=True,
-            )
+            return claims.new_skip(runner, slot, note, 0, now, paused=True)
 
     try:
         run = write(record)

@@ -118,6 +118,24 @@ def new_run(
     )
 
 
+def new_skip(runner, slot: Slot | None, note: str, exit_code: int, now: dt.datetime, **extra):
+    """The history row of a run that skips its slot (`runner`: the Runner that skips)."""
+    return new_run(
+        runner.plan.name,
+        slot,
+        host=runner.host,
+        pid=runner.pid,
+        now=now,
+        command=runner.opts.command,
+        outcome=Outcome.SKIPPED,
+        note=note,
+        exit_code=exit_code,
+        finished_at=now,
+        duration=0.0,
+        **extra,
+    )
+
+
 def holder_of(row: SlotClaim) -> process.Identity:
     return process.Identity(
         boot_id=row.holder_boot_id,

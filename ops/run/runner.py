@@ -111,21 +111,7 @@ class Runner:
     ) -> int:
         now = timezone.now()
         try:
-            run = self.write(
-                lambda: claims.new_run(
-                    self.plan.name,
-                    slot,
-                    host=self.host,
-                    pid=self.pid,
-                    now=now,
-                    command=self.opts.command,
-                    outcome=Outcome.SKIPPED,
-                    note=note,
-                    exit_code=exit_code,
-                    finished_at=now,
-                    duration=0.0,
-                )
-            )
+            run = self.write(lambda: claims.new_skip(self, slot, note, exit_code, now))
             self.write(lambda: actions.attach(self.action, run))
         except patience.Locked as locked:
             say(f"error: job {self.plan.name}: {locked}: this skip is not recorded", self.stderr)

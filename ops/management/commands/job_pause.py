@@ -2,13 +2,11 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
 from django.utils import timezone
 
 from ops import conf
 from ops.control import actions, pauses
 from ops.control.until import SPELLINGS, parse_until
-from ops.run import patience
 
 
 class Command(BaseCommand):
@@ -30,14 +28,8 @@ class Command(BaseCommand):
         parser.add_argument("--reason", default="", metavar="TEXT", help="why (shown everywhere)")
 
     def handle(self, *args, **options):
-        try:
+        with pauses.command_database_errors():
             self.act(*args, **options)
-        except patience.Locked as exc:  # another writer held the database all that time
-            raise CommandError(f"database unavailable: {exc}", returncode=2) from None
-        except DatabaseError as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
-            raise CommandError(f"database unavailable: {first}{hint}", returncode=2) from None
 
     def act(self, *args, name, until=None, reason="", **options):
         try:

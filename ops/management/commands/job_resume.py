@@ -2,12 +2,10 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
 from django.utils import timezone
 
 from ops import conf
 from ops.control import actions, pauses
-from ops.run import patience
 
 
 class Command(BaseCommand):
@@ -22,14 +20,8 @@ class Command(BaseCommand):
         parser.add_argument("name", metavar="NAME", help="the job")
 
     def handle(self, *args, **options):
-        try:
+        with pauses.command_database_errors():
             self.act(*args, **options)
-        except patience.Locked as exc:  # another writer held the database all that time
-            raise CommandError(f"database unavailable: {exc}", returncode=2) from None
-        except DatabaseError as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
-            raise CommandError(f"database unavailable: {first}{hint}", returncode=2) from None
 
     def act(self, *args, name, **options):
         try:
