@@ -142,9 +142,12 @@ def test_after_without_a_slot_is_a_usage_error(db, settings, tmp_path):
     from ops.run.plan import UsageError, resolve
 
     settings.OPS_CRONTAB_DIR = tmp_path
+    (tmp_path / "10-billing.cron").write_text("0 3 * * * charge_daily\n")
     with pytest.raises(UsageError, match="--after needs a logical date"):
-        resolve(["--after=t_rates", "sleep_demo"])
-    resolve(["--after=t_rates", "--logical-date=2026-01-05", "sleep_demo"])  # a slot: fine
+        resolve(["--after=charge_daily", "sleep_demo"])
+    resolve(["--after=charge_daily", "--logical-date=2026-01-05", "sleep_demo"])  # a slot: fine
+    with pytest.raises(UsageError, match="--after names 't_rates', which no crontab.d line"):
+        resolve(["--after=t_rates", "--logical-date=2026-01-05", "sleep_demo"])
 
 
 def set_up_catching_up(project):
@@ -213,3 +216,47 @@ def test_a_forced_rerun_blocked_by_its_upstream_leaves_the_slot_done(sqlite_proj
     again = project.run_job("t_invoices")
     assert again.returncode == 0 and "already done" in again.stdout
     assert sent(project) == 1
+
+
+@pytest.mark.process
+def test_an_after_given_on_the_command_line_is_held_to_crontab_d_rules(sqlite_project):
+    """An unknown upstream, or the job itself, would wait --after-wait and exit 75 on every
+    run: refused at once, as a crontab.d line would be, and nothing recorded."""
+    project = sqlite_project
+    set_up(project)
+    unknown = project.run_job("--after=nosuch", "t_rates")
+    assert unknown.returncode == 2
+    assert "--after names 'nosuch', which no crontab.d line declares" in unknown.stderr
+    itself = project.run_job("--after=t_rates", "t_rates")
+    assert itself.returncode == 2
+    assert "job 't_rates' cannot run --after itself" in itself.stderr
+    assert project.db.runs() == []
+
+
+@pytest.mark.process
+def test_a_job_in_a_cycle_does_not_run_when_another_line_of_crontab_d_is_broken(
+    sqlite_project,
+):
+    """run_job steps over another line's error: the cycle's own jobs are still refused."""
+    project = sqlite_project
+    project.add_command("t_rates", UPSTREAM)
+    project.add_command("t_invoices", DOWNSTREAM)
+    path = project.write_cron(
+        "t.cron",
+        f"{DAILY} --after=t_invoices t_rates\n{DAILY} --after=t_rates t_invoices\n",
+    )
+    result = project.run_job("t_invoices")
+    assert result.returncode == 2
+    assert f"{path}:2: job t_invoices: --after makes a cycle" in result.stderr
+    assert project.db.runs() == [] and sent(project) == 0
+
+
+@pytest.mark.process
+def test_a_catch_up_slot_still_waiting_does_not_fail_the_final_ping(sqlite_project, ping_server):
+    project = sqlite_project
+    set_up_catching_up(project)
+    assert project.run_job("t_rates").returncode == 0
+    ping_to(project, ping_server)
+    project.run_job("t_invoices")
+    final = ping_server.log[-1][0].path
+    assert final.endswith("/t_invoices"), final  # a success: today's slot ran; yesterday's waits

@@ -183,3 +183,15 @@ def test_failures_and_timeouts_are_retried_signals_and_takeovers_never():
     assert "not retried (--retry-on=75,124)" in only.why_not(
         Ended(Outcome.FAILED, 1, ""), signalled=False
     )
+
+
+@pytest.mark.process
+def test_with_quiet_a_failure_a_retry_fixed_prints_nothing(sqlite_project):
+    """--quiet is chronic's promise: nothing for cron to mail when the run succeeds."""
+    project = sqlite_project
+    project.add_command("t_flaky", FLAKY)
+    project.write_cron("t.cron", f"{DAILY} --quiet --retries=3 --retry-delay=0.1s t_flaky\n")
+    result = project.run_job("t_flaky")
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == ("", "")
+    assert [r[:3] for r in attempts_of(project)][-1] == (3, "succeeded", 0)

@@ -132,7 +132,7 @@ def _wait(
                 + (f"waited {human_duration(bound)}" if bound else "a catch-up slot")
                 + "); the next fire with --catch-up runs it",
             )
-        if not said:
+        if not said and not runner.opts.quiet:
             say(
                 f"job {runner.plan.name}: waiting up to {human_duration(left)} for {names} "
                 f"to succeed for {day}",

@@ -8,7 +8,7 @@ declares; `plan_slots` says which slots the call runs (catch-up's earlier ones f
 import contextlib
 import datetime as dt
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -16,6 +16,7 @@ from django.core.management import get_commands
 from django.utils import timezone
 
 from ..control import pauses
+from ..schedule import dependencies
 from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
 from ..schedule.options import OptionsError, RunOptions, merge, parse_run_args, shown
 from ..schedule.slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
@@ -96,9 +97,23 @@ def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Pla
             "--after needs a logical date: give --logical-date=YYYY-MM-DD, or declare the job "
             "with a schedule in crontab.d"
         )
+    if options.after:
+        _check_after(options, job, schedule)
     plan = Plan(options=options, job=job)
     _check_logical_date(plan, from_declaration=job is not None and not cli.args, now=now)
     return plan
+
+
+def _check_after(options: RunOptions, job: Job | None, schedule) -> None:
+    """--after's rules (ops/schedule/dependencies.py) for this run: an upstream given on the
+    command line, or declared in a crontab.d whose error is elsewhere, would otherwise wait its
+    --after-wait and exit 75 on every run. An ad hoc run is held to a daily job's rule."""
+    jobs = {j.name: j for j in schedule.jobs} if schedule else load_jobs_leniently()
+    me = replace(job, options=options) if job else Job(options.job_name, "* * * * *", options, [])
+    why = dependencies.refusal(me, jobs)
+    if why:
+        where = f"{job.path}:{job.lineno}: " if job and job.options.after else ""
+        raise UsageError(f"{where}job {me.name}: {why}")
 
 
 def _check_ad_hoc(cli: RunOptions, schedule) -> None:

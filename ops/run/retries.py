@@ -161,11 +161,12 @@ def next_attempt(
         return None
     attempts.earlier.append(ended.exit_code)
     attempts.number += 1
-    say(
-        f"job {runner.plan.name}: attempt {attempts.number - 1} of {attempts.total} failed "
-        f"(exit {ended.exit_code}); attempt {attempts.number} in {human_duration(wait)}",
-        runner.stderr,
-    )
+    if not runner.opts.quiet:  # --quiet: a failure a retry fixes mails nobody
+        say(
+            f"job {runner.plan.name}: attempt {attempts.number - 1} of {attempts.total} failed "
+            f"(exit {ended.exit_code}); attempt {attempts.number} in {human_duration(wait)}",
+            runner.stderr,
+        )
     return following, wait
 
 

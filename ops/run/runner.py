@@ -394,7 +394,8 @@ class Runner:
             outcome, exit_code, note, kind = run.outcome, EXIT_SKIPPED, run.note, "log"
             self.stop = True
         if catch_up:
-            self.catch_up_failure = self.catch_up_failure or exit_code
+            if outcome != Outcome.WAITING:  # a slot still waiting for its upstream is due
+                self.catch_up_failure = self.catch_up_failure or exit_code
             self.caught_up.append(
                 f"{slot}: {outcome}" + (f", exit {exit_code}" if exit_code else "")
             )

@@ -41,6 +41,22 @@ def problems(jobs: list["Job"]) -> list[tuple["Job", str]]:
     return found
 
 
+def refusal(job: "Job", jobs: dict[str, "Job"]) -> str:
+    """Why a run of `job` (its options as run_job merged them with its command line) breaks a
+    rule above against the declared `jobs`, or "". The command line's --after, and a crontab.d
+    whose error run_job steps over (another line's), are held to the same rules as a line."""
+    by_name = {**jobs, job.name: job}
+    for name in job.options.after or ():
+        upstream = by_name.get(name)
+        if upstream is None:
+            return f"--after names {name!r}, which no crontab.d line declares"
+        why = _lines_up(job, upstream)
+        if why:
+            return why
+    cycle = _cycle_from(job, by_name)
+    return "--after makes a cycle: " + " → ".join(cycle) if cycle else ""
+
+
 def _lines_up(job: "Job", upstream: "Job") -> str:
     if upstream.name == job.name:
         return f"job {job.name!r} cannot run --after itself"
