@@ -146,7 +146,7 @@ def test_after_without_a_slot_is_a_usage_error(db, settings, tmp_path):
     with pytest.raises(UsageError, match="--after needs a logical date"):
         resolve(["--after=charge_daily", "sleep_demo"])
     resolve(["--after=charge_daily", "--logical-date=2026-01-05", "sleep_demo"])  # a slot: fine
-    with pytest.raises(UsageError, match="--after names 't_rates', which no crontab.d line"):
+    with pytest.raises(UsageError, match="--after names 't_rates', which no crontab"):
         resolve(["--after=t_rates", "--logical-date=2026-01-05", "sleep_demo"])
 
 
