@@ -155,8 +155,10 @@ def test_a_double_click_on_run_it_again_force_runs_the_slot_once(project):
             thread.join(90)
 
         def runs_ended():  # every action's run recorded, and none running
-            rows = project.db.query("SELECT outcome FROM ops_jobrun ORDER BY id")
+            # The actions first: once an action has its run, that run's row exists for the
+            # second query (the other order could miss a run created between the two).
             waiting = project.db.query("SELECT count(*) FROM ops_jobaction WHERE run_id IS NULL")
+            rows = project.db.query("SELECT outcome FROM ops_jobrun ORDER BY id")
             return rows if waiting == [(0,)] and ("running",) not in rows else None
 
         wait_until(runs_ended, "the forced run to end", 60)
