@@ -645,12 +645,14 @@ def test_a_job_that_catches_its_timeout_and_returns_is_still_recorded_timed_out(
             raise KeyboardInterrupt
         signal.signal(signal.SIGTERM, stop)
         try:
-            time.sleep(5)
+            time.sleep(60)
         except BaseException:
             print("caught it", flush=True)
         """,
     )
-    result = sqlite_project.run_job("--timeout=1s", "t_swallow")
+    # 5 s: the SIGTERM must come after the job installed its handler, also on a loaded machine
+    # (at 1 s the newest-pair stage once sent it before: the default disposition killed it).
+    result = sqlite_project.run_job("--timeout=5s", "t_swallow")
     assert result.returncode == 124
     assert "caught it" in result.stdout
     assert [r[3:5] for r in sqlite_project.db.runs()] == [("timed_out", 124)]
