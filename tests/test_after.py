@@ -124,15 +124,20 @@ def test_a_failed_upstream_blocks_the_slot_with_a_fail_ping_until_it_succeeds(
     assert sent(project) == 1
 
 
-@pytest.mark.process
-def test_a_cycle_is_refused_by_install_crontab_and_check_with_its_file_and_line(sqlite_project):
-    project = sqlite_project
+def _a_cycle(project):
+    """t_rates and t_invoices, each declared --after the other: the crontab.d file's path."""
     project.add_command("t_rates", UPSTREAM)
     project.add_command("t_invoices", DOWNSTREAM)
-    path = project.write_cron(
+    return project.write_cron(
         "t.cron",
         f"{DAILY} --after=t_invoices t_rates\n{DAILY} --after=t_rates t_invoices\n",
     )
+
+
+@pytest.mark.process
+def test_a_cycle_is_refused_by_install_crontab_and_check_with_its_file_and_line(sqlite_project):
+    project = sqlite_project
+    path = _a_cycle(project)
     result = project.manage("check")
     assert result.returncode != 0
     assert f"{path}:1: --after makes a cycle: t_rates → t_invoices → t_rates" in result.stderr
@@ -239,12 +244,7 @@ def test_a_job_in_a_cycle_does_not_run_when_another_line_of_crontab_d_is_broken(
 ):
     """run_job steps over another line's error: the cycle's own jobs are still refused."""
     project = sqlite_project
-    project.add_command("t_rates", UPSTREAM)
-    project.add_command("t_invoices", DOWNSTREAM)
-    path = project.write_cron(
-        "t.cron",
-        f"{DAILY} --after=t_invoices t_rates\n{DAILY} --after=t_rates t_invoices\n",
-    )
+    path = _a_cycle(project)
     result = project.run_job("t_invoices")
     assert result.returncode == 2
     assert f"{path}:2: job t_invoices: --after makes a cycle" in result.stderr
