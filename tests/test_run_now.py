@@ -62,7 +62,11 @@ def test_run_now_starts_run_job_detached_in_a_session_of_its_own_and_records_who
     assert os.readlink(f"/proc/{pid}/fd/0") == "/dev/null"
     log = project.dir / "var" / "log" / "held.log"
     assert os.readlink(f"/proc/{pid}/fd/1") == os.readlink(f"/proc/{pid}/fd/2") == str(log)
-    assert project.db.query("SELECT run_id FROM ops_jobaction") == [(run_id,)]
+    # The run's row comes first; run_job attaches the action to it in a write of its own.
+    wait_until(
+        lambda: project.db.query("SELECT run_id FROM ops_jobaction") == [(run_id,)],
+        "the jobs page action to name the run it started",
+    )
 
     second = project.run_job("held")  # a cron fire meanwhile meets the lock, as ever
     assert second.returncode == 75, second.stderr
