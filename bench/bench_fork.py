@@ -120,9 +120,9 @@ def instructions(root: Path, extra_env: dict) -> int:
          sys.executable, "manage.py", "noop"],
         cwd=root, env=env(**extra_env), capture_output=True, text=True,
     )  # fmt: skip
-    found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0:
         sys.exit(f"manage.py noop under valgrind exited {done.returncode}:\n{done.stderr[-2000:]}")
+    found = re.search(r"Collected : (\d+)", done.stderr)
     assert found, f"no count in valgrind's output: {done.stderr[-500:]}"
     return int(found.group(1))
 
@@ -157,12 +157,11 @@ def main() -> None:
         count(root)
         return
     py = sys.executable
-    plain, ops = PLAIN, OPS
     variants = {
-        "bare": ([py, "manage.py", "noop"], plain),
-        "with_ops": ([py, "manage.py", "noop"], ops),
-        "run_job": ([py, "manage.py", "run_job", "--no-ping", "noop"], ops),
-        "sketch": ([py, "sketch.py"], plain),
+        "bare": ([py, "manage.py", "noop"], PLAIN),
+        "with_ops": ([py, "manage.py", "noop"], OPS),
+        "run_job": ([py, "manage.py", "run_job", "--no-ping", "noop"], OPS),
+        "sketch": ([py, "sketch.py"], PLAIN),
     }
     cpu: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(2):  # warm the page cache
