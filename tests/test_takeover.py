@@ -152,7 +152,7 @@ def test_a_waiting_takeover_holds_back_no_other_slot_and_a_signal_ends_it_at_onc
     finally:
         resume(machine)
     assert taker.returncode == 128 + sig, said.text + err
-    assert took < 5, took
+    assert took < 10, took  # at once (a loaded machine's exit included); before, never
     # It said what it waited for, and for how long at most.
     [waiting] = [line for line in said.text.splitlines() if "waiting up to" in line]
     assert "run #1 on host-a (pid " in waiting and "fencing transaction" in waiting, waiting

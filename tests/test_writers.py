@@ -178,7 +178,7 @@ def test_sigterm_ends_a_claim_waiting_for_another_writer_at_once(sqlite_project)
     finally:
         writer.release()
     assert proc.returncode == 143, said.text + out
-    assert took < 3, took
+    assert took < 10, took  # at once; before, the 30 s busy timeout or the lock holder
     assert "waiting for it to claim" in said.text
     assert "terminated by SIGTERM while waiting for a lock to claim" in out
     assert "ran" not in out
@@ -221,7 +221,7 @@ def test_sigterm_ends_a_claim_waiting_for_the_jobs_claim_lock_at_once(pg_project
         said.thread.join(10)
     out = proc.stdout.read()
     assert proc.returncode == 143, said.text + out
-    assert took < 3, took
+    assert took < 10, took  # at once; before, the 30 s busy timeout or the lock holder
     assert "job t_job: another transaction holds a lock it needs; waiting for it to claim" in (
         said.text
     )
@@ -298,7 +298,7 @@ def test_sigterm_ends_a_paused_fire_waiting_for_another_writer_at_once(sqlite_pr
     finally:
         writer.release()
     assert proc.returncode == 143, said.text + out
-    assert took < 3, took
+    assert took < 10, took  # at once; before, the 30 s busy timeout or the lock holder
     assert "terminated by SIGTERM while waiting for another writer to record its pause" in (
         said.text
     )
