@@ -14,7 +14,7 @@ import urllib.parse
 
 import pytest
 
-from .conftest import Project, copy_tree, require, wait_for_line, wait_until
+from .conftest import DAILY, DAILY_DATE, Project, copy_tree, require, wait_for_line, wait_until
 from .netns import Network, available
 from .test_standby_hosts import Server, freeze
 
@@ -70,7 +70,7 @@ def two_servers(pg_project, tmp_path, request):
         copy = Project(copy_tree(tmp_path / host.name), pg_project.db, dict(pg_project.settings))
         copy.write_env(DATABASE_URL=url, OPS_HOST=host.name, OPS_HEARTBEAT_SECONDS=HEARTBEAT)
         copy.add_command("t_job", CHARGE)
-        copy.write_cron("t.cron", "0 0 * * * --standby t_job\n")
+        copy.write_cron("t.cron", f"{DAILY} --standby t_job\n")
         made.append(Server(copy, host, tmp_path / "unused"))
     yield made
     for server in made:
@@ -109,7 +109,8 @@ def test_a_holder_frozen_after_its_commit_is_taken_over_and_the_charge_happens_o
     code, out, err = holder.wait(timeout=120)
     assert code == 75 and "was taken over" in err, out + err
     assert claim(db) == ("succeeded", 2, standby.name)
-    [slot] = db.query("SELECT slot FROM ops_slotclaim")[0]
+    [(slot,)] = db.query("SELECT slot FROM ops_slotclaim")
+    assert slot == DAILY_DATE.isoformat()  # the slot both servers fired for, whatever the hour
     if marked:
         assert charges(db) == [f"{holder.name} {slot}"]  # once, by the frozen holder
         assert db.query("SELECT key, version FROM ops_effect") == [("charge", 1)]
@@ -140,7 +141,8 @@ def test_a_holder_frozen_inside_its_transaction_is_taken_over_and_the_charge_hap
         (holder.project.dir / "hold-inside").unlink()
     code, out, err = holder.wait(timeout=120)
     assert code == 75, out + err  # its transaction is gone with its session: nothing lands
-    [slot] = db.query("SELECT slot FROM ops_slotclaim")[0]
+    [(slot,)] = db.query("SELECT slot FROM ops_slotclaim")
+    assert slot == DAILY_DATE.isoformat()  # the slot both servers fired for, whatever the hour
     assert charges(db) == [f"{standby.name} {slot}"]
     assert db.query("SELECT key, version FROM ops_effect") == [("charge", 2)]
     assert claim(db) == ("succeeded", 2, standby.name)

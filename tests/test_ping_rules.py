@@ -71,7 +71,7 @@ def test_a_start_an_intermediary_delivers_after_the_success_is_followed_by_the_s
     assert acted[-1][:2] == ("success", "success"), acted
     assert acted[-1][2] == start[2]  # the same run: the server closes it
     assert check.state == "up"
-    assert took < 4 + 2, took  # from the job's end: the ping budget, the history row, the exit
+    assert took < 4 + 4, took  # from the job's end: the ping budget, the history row, the exit
 
 
 # --- "filter by HTTP body": the keywords decide, the exit status does not -------------------

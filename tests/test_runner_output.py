@@ -11,11 +11,10 @@ import os
 import shlex
 import stat
 import subprocess
-import time
 
 import pytest
 
-from .conftest import DAILY, PING_KEY, add_echo_args, base_env
+from .conftest import DAILY, PING_KEY, add_echo_args, base_env, wait_until
 from .test_install import cron_percent, install
 
 GOOD = "0 3 * * * --no-ping echo_args hello log\n"
@@ -272,31 +271,38 @@ def test_after_a_job_closed_both_streams_the_runner_still_says_why_it_ended(sqli
 def test_a_ping_retried_while_the_job_has_closed_its_descriptors_never_takes_their_place(
     sqlite_project, httpserver
 ):
-    """A job that closed fds 1 and 2 leaves their numbers free: the start ping's retry opened
-    its socket as fd 1, so what the job wrote there went into the ping's connection, and the
-    socket was later closed under the runner's restored stdout (seen as exit 120 under load).
-    Our threads now take free standard numbers with /dev/null before opening a socket."""
+    """A job that closed fds 1 and 2 leaves their numbers free: when the job ran in run_job's
+    own process, the start ping's retry opened its socket as fd 1, so what the job wrote there
+    went into the ping's connection (seen as exit 120 under load). The job now runs in a forked
+    child, whose descriptors are its own; the server holds each step until the job has reached
+    it, so the retry is in flight while the job's fds are closed, however loaded the machine."""
     from werkzeug import Response
 
+    project = sqlite_project
+    closed, retrying, seen = (project.dir / n for n in ("closed", "retrying", "fd1.txt"))
     starts = []
 
     def answer(request):
         if request.path.endswith("/start"):
             starts.append(request.path)
             if len(starts) == 1:
-                return Response("busy", status=503)  # retried after 1 s, fds closed by then
-            time.sleep(2)  # the retry's connection stays open while the job looks at fd 1
+                wait_until(closed.exists, "the job to close its fds 1 and 2")
+                return Response("busy", status=503)  # so the retry opens its socket after that
+            retrying.touch()
+            # The retry's connection stays open while the job looks at its fd 1.
+            wait_until(seen.exists, "the job to look at its fd 1 during the retry")
         return Response("OK", headers={"Ping-Body-Limit": "100000"})
 
     httpserver.expect_request("").respond_with_handler(answer)
-    project = sqlite_project
     project.write_env(HEALTHCHECKS_PING_URL=httpserver.url_for("/"), HEALTHCHECKS_PING_KEY=PING_KEY)
-    seen = project.dir / "fd1.txt"
     project.add_command(
         "t_close",
         f"""
         os.close(1); os.close(2)
-        time.sleep(2)  # the start ping is retried meanwhile
+        open({str(closed)!r}, "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists({str(retrying)!r}) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the start ping is retried meanwhile
         with open({str(seen)!r}, "w") as f:
             f.write(os.readlink("/proc/self/fd/1") if os.path.exists("/proc/self/fd/1") else "")
         """,

@@ -183,7 +183,9 @@ def test_sigterm_ends_a_standby_wait_at_once_and_claims_nothing(
     waiting.send_signal(signal.SIGTERM)
     out, err = waiting.communicate(timeout=30)
     assert waiting.returncode == 143, out + err
-    assert time.monotonic() - started < 3
+    # At once, skip row written: a standby that did not hear the signal would wait for the
+    # holder (here until `go`, or its bound: an hour). Room for a loaded machine's slow exit.
+    assert time.monotonic() - started < 10
     assert "standby terminated by SIGTERM while host-a ran " in out
     assert httpserver.log == []  # a host going down pings nothing for a slot it never had
     assert [r[:3] for r in runs(a.db)] == [("host-a", "running", None), ("host-b", "skipped", 143)]

@@ -17,7 +17,7 @@ import pytest
 
 from ops.run.descendants import descendants
 
-from .conftest import wait_for_line
+from .conftest import DAILY, wait_for_line
 from .test_claims import frozen
 
 # Fences itself, then (with HOLD set) stays inside its transaction until `go` appears.
@@ -91,7 +91,7 @@ def frozen_in_its_fence(project, started):
     """The holder of today's slot, frozen inside its fencing transaction; its heartbeat made
     stale as another machine sees it. Returns (its Popen, its processes)."""
     project.add_command("t_fence", FENCED)
-    project.write_cron("t.cron", "0 0 * * * t_fence\n")
+    project.write_cron("t.cron", f"{DAILY} t_fence\n")  # far from its fire: one slot for all
     holder = project.popen("run_job", "t_fence", env={"HOLD": "1"})
     started.append(holder)
     wait_for_line(holder, "fenced")

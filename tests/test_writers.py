@@ -8,7 +8,10 @@ ended by SIGTERM. Now each write of run_job's own waits a short while per try an
 again within a bound (ops/run/patience.py), signals checked between tries.
 
 The in-process tests shorten the settings' busy timeout (30 s) to 1 s, so that the writer holds
-the database longer than it, as the 45 s job did, in a few seconds.
+the database longer than it, as the 45 s job did, in a few seconds. The writer lets go once the
+run has said that it waits for it (`said_waiting`), not after a time counted from its own start:
+the run, wherever it met the writer, has then waited past the busy timeout and past the delay
+before it says so (patience.SAY_AFTER), however slowly a loaded machine brought it there.
 """
 
 import datetime as dt
@@ -32,27 +35,38 @@ from ops.run import patience, runner
 from .conftest import PING_KEY
 from .test_takeover import Lines, lock_waits, wait_for
 
+# How long a Writer waits for `until` at most: then it lets go, the run goes on (its bound is
+# 5 min), and the test fails on what the run did not say.
+HOLD_AT_MOST = 60.0
+
 
 class Writer:
     """Another process's write transaction on the SQLite file (BEGIN IMMEDIATE): held until
-    `release()`, or for `seconds` from `hold()`."""
+    `release()`, or until the event `until` is set (HOLD_AT_MOST at most)."""
 
     def __init__(self, path: str):
         self.con = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.held = False
+        self.lock = threading.Lock()
 
-    def hold(self, seconds: float | None = None) -> "Writer":
+    def hold(self, until: threading.Event | None = None) -> "Writer":
         self.con.execute("BEGIN IMMEDIATE")
         self.con.execute("CREATE TABLE IF NOT EXISTS t_writer (x)")
         self.held = True
-        if seconds is not None:
-            threading.Timer(seconds, self.release).start()
+        if until is not None:
+
+            def release_once_set():
+                until.wait(HOLD_AT_MOST)
+                self.release()
+
+            threading.Thread(target=release_once_set, daemon=True).start()
         return self
 
     def release(self) -> None:
-        if self.held:
-            self.held = False
-            self.con.execute("COMMIT")
+        with self.lock:
+            if self.held:
+                self.held = False
+                self.con.execute("COMMIT")
 
 
 @pytest.fixture
@@ -71,17 +85,36 @@ def sqlite_db(transactional_db, settings, tmp_path):
     connection.close()
 
 
+@pytest.fixture
+def said_waiting(monkeypatch) -> threading.Event:
+    """Set once run_job (or job_pause, job_resume) has said that it waits for another writer,
+    which it says when a wait has lasted patience.SAY_AFTER seconds. (A writer held for a fixed
+    7 s from its start, the run had to meet it within 2 s to say so: a load-dependent test.)"""
+    said = threading.Event()
+    patiently = patience.patiently
+
+    def saying(write, *, waiting=None, **kwargs):
+        def told(reason: str, bound: float) -> None:
+            waiting(reason, bound)
+            said.set()
+
+        return patiently(write, waiting=told if waiting is not None else None, **kwargs)
+
+    monkeypatch.setattr(patience, "patiently", saying)
+    return said
+
+
 def run_at(instant: str, *argv: str) -> int:
     with time_machine.travel(instant, tick=False):
         return runner.run(list(argv))
 
 
 def test_a_claim_that_meets_a_longer_writer_waits_for_it_and_runs_the_slot(
-    sqlite_db, tmp_path, capsys
+    sqlite_db, tmp_path, capsys, said_waiting
 ):
     (tmp_path / "t.cron").write_text("0 3 * * * --name=t sleep_demo --seconds=0\n")
     # longer than the busy timeout (1 s here), and than the 5 s it waits before saying so
-    writer = Writer(sqlite_db).hold(seconds=7)
+    writer = Writer(sqlite_db).hold(until=said_waiting)
     started = time.monotonic()
     try:
         code = run_at("2026-11-29T03:00:05+00:00", "t")
@@ -89,7 +122,7 @@ def test_a_claim_that_meets_a_longer_writer_waits_for_it_and_runs_the_slot(
         writer.release()
     err = capsys.readouterr().err
     assert code == 0, err
-    assert time.monotonic() - started >= 6.5
+    assert time.monotonic() - started >= patience.SAY_AFTER  # it waited, then said so
     assert (
         "job t: another writer holds the database; waiting for it to claim 2026-11-29 (at most "
         "5m)" in err
@@ -125,7 +158,7 @@ def test_a_claim_locked_for_the_whole_bound_says_so_pings_fail_and_exits_1(
 
 
 def test_the_outcome_waits_for_a_writer_that_holds_the_database_as_the_job_ends(
-    sqlite_db, tmp_path, capsys
+    sqlite_db, tmp_path, capsys, said_waiting
 ):
     """Before: two tries of the busy timeout, then `database unavailable: could not record the
     outcome`, exit 1: a succeeded slot left `running`, to be run again."""
@@ -137,12 +170,14 @@ def test_the_outcome_waits_for_a_writer_that_holds_the_database_as_the_job_ends(
     job = f"shell --command=\"exec(open('{tmp_path}/job.py').read())\""
     (tmp_path / "t.cron").write_text(f"0 3 * * * --name=t {job}\n")
     writer = Writer(sqlite_db)
+    held = []
 
     def hold_as_the_job_ends():
         deadline = time.monotonic() + 60
         while not started.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        writer.hold(seconds=7)
+        writer.hold(until=said_waiting)  # the run's record waits for it from here
+        held.append(time.monotonic())
         go.touch()
 
     thread = threading.Thread(target=hold_as_the_job_ends)
@@ -154,6 +189,7 @@ def test_the_outcome_waits_for_a_writer_that_holds_the_database_as_the_job_ends(
         writer.release()
     err = capsys.readouterr().err
     assert exit_code == 0, err
+    assert time.monotonic() - held[0] >= patience.SAY_AFTER  # it waited, then said so
     assert "job t: another writer holds the database; waiting for it to write its record" in err
     assert list(JobRun.objects.values_list("outcome", flat=True)) == [Outcome.SUCCEEDED]
     assert list(SlotClaim.objects.values_list("state", flat=True)) == [Outcome.SUCCEEDED]
@@ -168,7 +204,11 @@ def test_sigterm_ends_a_claim_waiting_for_another_writer_at_once(sqlite_project)
         proc = project.popen("run_job", "t_job")
         said = Lines(proc, stream="stderr")
         # Before: silent for the busy timeout (30 s), then `database unavailable`, exit 1.
-        wait_for(lambda: "another writer holds the database" in said.text or proc.poll(), 60)
+        wait_for(
+            lambda: "another writer holds the database" in said.text or proc.poll(),
+            60,
+            what="run_job to say it waits for the writer",
+        )
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
@@ -230,7 +270,7 @@ def test_sigterm_ends_a_claim_waiting_for_the_jobs_claim_lock_at_once(pg_project
 
 
 def test_a_paused_fire_waits_for_a_longer_writer_and_records_its_skip(
-    sqlite_db, tmp_path, capsys, settings, ping_server
+    sqlite_db, tmp_path, capsys, settings, ping_server, said_waiting
 ):
     """Issue 22, item 2. Before: `database unavailable: database is locked` after the busy
     timeout (31 s with the settings' 30 s), exit 1, nothing recorded, a /fail ping; a paused
@@ -241,7 +281,7 @@ def test_a_paused_fire_waits_for_a_longer_writer_and_records_its_skip(
     JobPause.objects.create(
         job="t", paused_by="alice", since=dt.datetime(2026, 11, 28, tzinfo=dt.UTC), reason="db"
     )
-    writer = Writer(sqlite_db).hold(seconds=7)  # past the busy timeout and the 5 s
+    writer = Writer(sqlite_db).hold(until=said_waiting)  # past the busy timeout and the 5 s
     started = time.monotonic()
     try:
         code = run_at("2026-11-29T03:00:05+00:00", "t")
@@ -249,7 +289,7 @@ def test_a_paused_fire_waits_for_a_longer_writer_and_records_its_skip(
         writer.release()
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert time.monotonic() - started >= 6.5
+    assert time.monotonic() - started >= patience.SAY_AFTER  # it waited, then said so
     assert "job t: another writer holds the database; waiting for it to write its record" in err
     assert "job t: paused by alice since 2026-11-28 00:00 UTC, until resumed: db" in out
     run = JobRun.objects.get()
@@ -262,17 +302,25 @@ def test_a_paused_fire_waits_for_a_longer_writer_and_records_its_skip(
     assert [r.path for r, _ in ping_server.log] == [f"/{PING_KEY}/t/log"]
 
 
-def test_job_pause_and_job_resume_wait_for_a_longer_writer(sqlite_db, tmp_path, settings):
+def test_job_pause_and_job_resume_wait_for_a_longer_writer(
+    sqlite_db, tmp_path, settings, monkeypatch, said_waiting
+):
     """Before: `database unavailable: database is locked` after the busy timeout, exit 2."""
     (tmp_path / "t.cron").write_text("0 3 * * * --name=t sleep_demo --seconds=0\n")
+    # The writer lets go once the command has waited for it twice the busy timeout (1 s here).
+    monkeypatch.setattr(patience, "SAY_AFTER", 2.0)
     for command in ("job_pause", "job_resume"):
-        writer = Writer(sqlite_db).hold(seconds=3)  # longer than the busy timeout (1 s here)
-        out = io.StringIO()
+        said_waiting.clear()
+        writer = Writer(sqlite_db).hold(until=said_waiting)
+        started = time.monotonic()
+        out, err = io.StringIO(), io.StringIO()
         try:
-            call_command(command, "t", stdout=out, stderr=io.StringIO())
+            call_command(command, "t", stdout=out, stderr=err)
         finally:
             writer.release()
         assert out.getvalue().startswith("paused t by " if command == "job_pause" else "resumed t")
+        assert time.monotonic() - started >= patience.SAY_AFTER  # it waited, then said so
+        assert "another writer holds the database; waiting for it" in err.getvalue()
     pause = JobPause.objects.get()
     assert pause.ended_at is not None
 
@@ -288,7 +336,11 @@ def test_sigterm_ends_a_paused_fire_waiting_for_another_writer_at_once(sqlite_pr
     try:
         proc = project.popen("run_job", "t_job")
         said = Lines(proc, stream="stderr")
-        wait_for(lambda: "another writer holds the database" in said.text or proc.poll(), 60)
+        wait_for(
+            lambda: "another writer holds the database" in said.text or proc.poll(),
+            60,
+            what="run_job to say it waits for the writer",
+        )
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
