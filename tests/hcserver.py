@@ -199,6 +199,8 @@ class HealthchecksServer(ManagementAPI):
         self.api_fail_with: tuple[int, dict] | None = None
         self._delays: dict[str, float] = {}
         self._holds: dict[str, float] = {}
+        self._holds_until: dict[str, str] = {}
+        self._hold_timeout = 30.0
         self._slow_answers: dict[str, float] = {}
         self._recent: dict[str, list[float]] = {}
         self._lock = threading.RLock()
@@ -252,6 +254,12 @@ class HealthchecksServer(ManagementAPI):
         """Hold pings of `kind` for `seconds`, then act on them whatever the client did."""
         self._holds[kind] = seconds
 
+    def hold_until(self, kind: str, acted: str, timeout: float = 30.0) -> None:
+        """Hold pings of `kind` until the server has acted on a ping of kind `acted` (at most
+        `timeout` seconds), then act on them whatever the client did: an order, not a time."""
+        self._holds_until[kind] = acted
+        self._hold_timeout = timeout
+
     def slow_answer(self, kind: str, seconds: float) -> None:
         """Act on pings of `kind` at once but answer them `seconds` later."""
         self._slow_answers[kind] = seconds
@@ -297,6 +305,13 @@ class HealthchecksServer(ManagementAPI):
                 )
             return self._answer("client went away", 499)
         time.sleep(self._holds.get(kind, 0.0))
+        if acted := self._holds_until.get(kind):
+            deadline = time.monotonic() + self._hold_timeout
+            while time.monotonic() < deadline:
+                with self._lock:
+                    if any(p.kind == acted and p.action == acted for p in self.pings):
+                        break
+                time.sleep(0.02)
         with self._lock:
             response = self._ping(request, parts, by_uuid, kind)
         time.sleep(self._slow_answers.get(kind, 0.0))

@@ -53,23 +53,26 @@ def test_a_start_still_in_flight_when_the_job_ends_never_lands_after_the_success
 def test_a_start_an_intermediary_delivers_after_the_success_is_followed_by_the_success_again(
     sqlite_project, hc
 ):
-    # An intermediary that had the whole /start delivers it 3 s later whatever the client
-    # does (a proxy that does not abort on a client's close, a queue in front of the server):
-    # the final ping, sent after half the budget, lands first.
+    # An intermediary that had the whole /start delivers it after the success whatever the
+    # client does (a proxy that does not abort on a client's close, a queue in front of the
+    # server): the final ping, sent after half the budget, lands first. Held until the server
+    # has acted on the success, not for a time: on a loaded machine a 3 s hold could end
+    # before the job did, and the path under test went untried.
     project = sqlite_project
     ping_to(project, hc, OPS_PING_BUDGET_SECONDS=4)
     check = hc.add(slug="t_held")
-    hc.hold("start", 3)
+    hc.hold_until("start", "success")
     project.add_command("t_held", "print('quick', time.time(), flush=True)")
     result = project.run_job("t_held")
     took = time.time() - float(result.stdout.split("quick", 1)[1].split()[0])
     assert result.returncode == 0
     assert "ping" not in result.stderr, result.stderr
-    settle(hc, 2)  # the held start too
+    settle(hc, 3)  # the success, the held start, the success again
     acted = [(p.kind, p.action, p.rid) for p in hc.pings_of("t_held")]
-    [start] = [p for p in acted if p[0] == "start"]
-    assert acted[-1][:2] == ("success", "success"), acted
-    assert acted[-1][2] == start[2]  # the same run: the server closes it
+    rid = acted[0][2]
+    # The same run's success again after its late start: the server closes the run.
+    success = ("success", "success", rid)
+    assert acted == [success, ("start", "start", rid), success], acted
     assert check.state == "up"
     assert took < 4 + 4, took  # from the job's end: the ping budget, the history row, the exit
 

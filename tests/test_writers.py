@@ -67,6 +67,7 @@ class Writer:
             if self.held:
                 self.held = False
                 self.con.execute("COMMIT")
+                self.con.close()
 
 
 @pytest.fixture
@@ -205,7 +206,7 @@ def test_sigterm_ends_a_claim_waiting_for_another_writer_at_once(sqlite_project)
         said = Lines(proc, stream="stderr")
         # Before: silent for the busy timeout (30 s), then `database unavailable`, exit 1.
         wait_for(
-            lambda: "another writer holds the database" in said.text or proc.poll(),
+            lambda: "another writer holds the database" in said.text or proc.poll() is not None,
             60,
             what="run_job to say it waits for the writer",
         )
@@ -216,6 +217,8 @@ def test_sigterm_ends_a_claim_waiting_for_another_writer_at_once(sqlite_project)
         said.thread.join(10)
         out = proc.stdout.read()
     finally:
+        if proc.poll() is None:  # a failed wait: not left to claim and run the job
+            proc.kill()
         writer.release()
     assert proc.returncode == 143, said.text + out
     assert took < 10, took  # at once; before, the 30 s busy timeout or the lock holder
@@ -337,7 +340,7 @@ def test_sigterm_ends_a_paused_fire_waiting_for_another_writer_at_once(sqlite_pr
         proc = project.popen("run_job", "t_job")
         said = Lines(proc, stream="stderr")
         wait_for(
-            lambda: "another writer holds the database" in said.text or proc.poll(),
+            lambda: "another writer holds the database" in said.text or proc.poll() is not None,
             60,
             what="run_job to say it waits for the writer",
         )
@@ -348,6 +351,8 @@ def test_sigterm_ends_a_paused_fire_waiting_for_another_writer_at_once(sqlite_pr
         said.thread.join(10)
         out = proc.stdout.read()
     finally:
+        if proc.poll() is None:  # a failed wait: not left to claim and run the job
+            proc.kill()
         writer.release()
     assert proc.returncode == 143, said.text + out
     assert took < 10, took  # at once; before, the 30 s busy timeout or the lock holder
