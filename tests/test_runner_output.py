@@ -7,6 +7,7 @@ processes against a deployed copy, like tests/test_runner.py.
   released, the final ping sent, and the exit code is the job's.
 """
 
+import datetime as dt
 import os
 import shlex
 import stat
@@ -318,3 +319,54 @@ def test_a_ping_retried_while_the_job_has_closed_its_descriptors_never_takes_the
     finals = [req.path for req, _ in httpserver.log if not req.path.endswith("/start")]
     assert finals == [f"/{PING_KEY}/t_close"]
     httpserver.check_handler_errors()  # a wait in the handler that gave up fails here
+
+
+def _when(value) -> dt.datetime:
+    """A timestamp as either database gives it back, aware (UTC)."""
+    if isinstance(value, str):  # SQLite
+        value = dt.datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def test_a_reader_that_never_reads_holds_neither_the_record_nor_the_heartbeat(project):
+    """`run_job --timeout=3s <2 MB of output> 2>&1 | sleep 25`: the timeout fires, and the
+    outcome is recorded and the claim released within timeout + kill-after + 2 s while run_job
+    still cannot write a byte more; until then the claim's heartbeat never goes stale."""
+    heartbeat = 1.0
+    project.write_env(OPS_HEARTBEAT_SECONDS=heartbeat)
+    project.add_command(
+        "t_flood", "sys.stdout.write('x' * 2_000_000 + '\\n'); sys.stdout.flush(); time.sleep(60)"
+    )
+    project.write_cron("t.cron", f"{DAILY} --no-ping --timeout=3s --kill-after=5s t_flood\n")
+    reader, writer = os.pipe()  # the reader end stays open and is never read
+    proc = subprocess.Popen(
+        project.command("run_job", "t_flood"),
+        cwd=project.dir,
+        env=base_env(),
+        stdout=writer,
+        stderr=writer,
+    )
+    os.close(writer)
+    ages: list[float] = []
+
+    def recorded():
+        [(state, beat)] = project.db.query("SELECT state, heartbeat_at FROM ops_slotclaim") or [
+            (None, None)
+        ]
+        if state == "running":
+            ages.append((dt.datetime.now(dt.UTC) - _when(beat)).total_seconds())
+        return state not in (None, "running") and state
+
+    try:
+        assert wait_until(recorded, "the run's record", timeout=60) == "timed_out"
+        assert proc.poll() is None  # still waiting to write the rest of its output: no matter
+        [(started, finished, outcome, code)] = project.db.query(
+            "SELECT started_at, finished_at, outcome, exit_code FROM ops_jobrun"
+        )
+        assert (outcome, code) == ("timed_out", 124)
+        assert (_when(finished) - _when(started)).total_seconds() <= 3 + 5 + 2
+        assert ages and max(ages) < 3 * heartbeat, ages  # 3 intervals: stale to another server
+    finally:
+        os.close(reader)  # the reader goes away: run_job's writes fail, and it ends
+        proc.wait(60)
+    assert proc.returncode == 124

@@ -252,3 +252,48 @@ def test_a_holder_cut_off_from_the_database_is_taken_over_and_finds_out_when_the
     assert outcomes(db) == ["skipped", "succeeded", "taken_over"]
     assert claim(db) == ("succeeded", 2, taker)
     assert len(executions(servers)) == 2  # at least once: the cut holder had started it too
+
+
+# Succeeds, leaving behind a shell (and its sleep) that ignores SIGTERM: run_job's end of the
+# job's leftovers then takes its whole grace (SIGTERM, 5 s, SIGKILL) before the record.
+LEAVES_A_STUBBORN_CHILD = """
+import subprocess
+from django.conf import settings
+from ops import conf
+with open(os.environ["RAN_FILE"], "a") as f:
+    f.write(f"{conf.host()}\\n")
+ready = settings.BASE_DIR / "stubborn"
+subprocess.Popen(["sh", "-c", f"trap '' TERM; touch {ready}; sleep 60"])
+deadline = time.monotonic() + 60
+while not ready.exists() and time.monotonic() < deadline:  # it ignores SIGTERM from here on
+    time.sleep(0.01)
+while (settings.BASE_DIR / "hold").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("done", flush=True)
+"""
+
+
+def test_a_standby_does_not_run_again_a_slot_whose_holder_is_ending_its_leftovers(servers):
+    """The claim heartbeats from the take to the record: the 5 s run_job spends ending a
+    SIGTERM-ignoring leftover (more than the 3 s after which a heartbeat is stale) is not a
+    dead holder to a standby on another server."""
+    db = servers[0].project.db
+    first, standby = servers[0], servers[1]
+    for server in (first, standby):
+        server.project.add_command("t_job", LEAVES_A_STUBBORN_CHILD)
+    first.hold()
+    first.start()
+    holding(servers, db)
+    standby.start()
+    wait_for_line(standby.proc, "standing by", timeout=60)
+    first.release()  # the job ends; its leftover does not
+    code, out, err = first.wait()
+    assert code == 0, out + err
+    assert "ended 2 leftover processes of the command: sh" in err, err
+    assert "taken over" not in err, err
+    code, out, err = standby.wait()
+    assert code == 0, out + err
+    assert f"done on {first.name} for " in out, out + err
+    assert executions(servers) == [first.name]  # the job ran once
+    assert outcomes(db) == ["skipped", "succeeded"]
+    assert claim(db) == ("succeeded", 1, first.name)

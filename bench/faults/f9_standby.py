@@ -10,6 +10,12 @@ tells whether its run is alive. The job line has `--standby`.
               settings. Must hold: within 3 heartbeats + 5 s; exactly one success per slot.
   fires       N slots (100), each fired on 3 servers at once. Must hold: every slot executed
               exactly once, every run exits 0 (one runs it, two report "done on <host>").
+  tails       N slots (30), each with a random tail after the holder's job (issue 29): a
+              leftover process that ignores SIGTERM (5 s to end it), pings to a server that
+              never answers, a stdout nobody reads until the record (the job prints 1 MB), a
+              failed first attempt and a wait before the retry; two standbys wait behind the
+              holder, heartbeat 1 s (stale after 3 s). Must hold: every slot executed once,
+              the standbys exit 0 ("done on"), nothing taken over or abandoned.
   load        N standbys (1, 5, 10) waiting behind a live holder, all on one server: the
               statements they send per second each, counted exactly by that server's forwarder
               (PostgreSQL's protocol: each 'Q' and each Sync), over a window; besides,
@@ -18,13 +24,15 @@ tells whether its run is alive. The job line has `--standby`.
               most 5 s): 0.2/s at the default 30 s heartbeat.
 
 Needs root (namespaces) and PostgreSQL (bash .ci/services.sh).
-Usage: python bench/faults/f9_standby.py [--fires 100] [--window 60] [--parts takeover,fires,load]
-       [--quick]
+Usage: python bench/faults/f9_standby.py [--fires 100] [--tails 30] [--seed N] [--window 60]
+       [--parts takeover,fires,tails,load] [--quick]
 """
 
 import argparse
 import os
+import random
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +49,8 @@ from tests.netns import Network, available, inner_pid
 
 SLOT = """\
 import os
+import subprocess
+import sys
 import time
 
 from django.core.management.base import BaseCommand
@@ -59,24 +69,41 @@ class Command(BaseCommand):
         stamp, day = os.environ["BENCH_STAMP"], options["logical_date"]
         with open(stamp, "a") as f:
             f.write(f"start {day} {conf.host()} {time.time():.6f}\\n")
+        failed = f"{stamp}.{day}.failed"
+        if os.environ.get("BENCH_FAIL_FIRST") and not os.path.exists(failed):
+            with open(failed, "w"), open(stamp, "a") as f:  # the tails: a retried attempt
+                f.write(f"fail {day} {conf.host()} {time.time():.6f}\\n")
+            raise SystemExit(3)
         hold = os.environ.get("HOLD", "")
         while hold and os.path.exists(hold):
             time.sleep(0.02)
         time.sleep(options["sleep"])
+        if os.environ.get("BENCH_LEAVE"):  # a leftover that ignores SIGTERM
+            ready = f"{stamp}.{day}.leftover"
+            subprocess.Popen(["sh", "-c", f"trap '' TERM; touch {ready}; exec sleep 60"])
+            while not os.path.exists(ready):
+                time.sleep(0.01)
+        if flood := int(os.environ.get("BENCH_FLOOD", "0")):
+            sys.stdout.write("x" * flood + "\\n")
+            sys.stdout.flush()
         with open(stamp, "a") as f:
             f.write(f"end {day} {conf.host()} {time.time():.6f}\\n")
 """
-CRON = "0 3 * * * --standby --no-ping bench_slot --sleep=0.3\n"
+CRON = (
+    "0 3 * * * --standby --no-ping bench_slot --sleep=0.3\n"
+    "0 3 * * * --standby --name=bench-tail --retries=1 --retry-delay=4s bench_slot\n"
+)
+TAILS = ("leftover", "slow pings", "stalled reader", "retry wait")
 
 
 class Server:
     def __init__(self, host, root: Path):
         self.host, self.root = host, root
 
-    def start(self, day: str, **extra) -> subprocess.Popen:
+    def start(self, day: str, job: str = "bench_slot", **extra) -> subprocess.Popen:
         argv = [sys.executable, str(self.root / "manage.py"), "run_job", f"--logical-date={day}"]
         return subprocess.Popen(
-            self.host.wrap([*argv, "bench_slot"]),
+            self.host.wrap([*argv, job]),
             cwd=self.root,
             env=env(**extra),
             stdout=subprocess.PIPE,
@@ -85,13 +112,13 @@ class Server:
         )
 
 
-def starts(stamp: Path, day: str) -> list[tuple[str, float]]:
+def starts(stamp: Path, day: str, kind: str = "start") -> list[tuple[str, float]]:
     if not stamp.exists():
         return []
     found = []
     for line in stamp.read_text().splitlines():
-        kind, d, host, at = line.split()
-        if kind == "start" and d == day:
+        k, d, host, at = line.split()
+        if k == kind and d == day:
             found.append((host, float(at)))
     return found
 
@@ -184,6 +211,120 @@ def fires(servers, pg, stamp: Path, count: int) -> None:
     )
 
 
+class BlackHole:
+    """A TCP server in the root namespace that accepts connections and never answers: every
+    ping to it takes the ping budget."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("0.0.0.0", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+
+    def close(self):
+        self.sock.close()
+
+
+def tails(servers, pg, stamp: Path, count: int, seed: int) -> None:
+    """Each slot's holder ends with random tails; the standbys must not run it again."""
+    rng = random.Random(seed)
+    hold = Path(tempfile.mkdtemp(prefix="cronops-f9-")) / "hold"
+    blackhole = BlackHole()
+    bad, seen, tail_seconds = [], dict.fromkeys(TAILS, 0), []
+    try:
+        for i in range(count):
+            day = f"2004-{1 + i // 28:02d}-{1 + i % 28:02d}"
+            chosen = [t for t in TAILS if rng.random() < 0.5] or [rng.choice(TAILS)]
+            for t in chosen:
+                seen[t] += 1
+            beat = {"OPS_HEARTBEAT_SECONDS": 1, "BENCH_STAMP": stamp}
+            holder_env = {"HOLD": hold, **beat}
+            if "leftover" in chosen:
+                holder_env["BENCH_LEAVE"] = 1
+            if "stalled reader" in chosen:
+                holder_env["BENCH_FLOOD"] = 1_000_000
+            if "retry wait" in chosen:
+                holder_env["BENCH_FAIL_FIRST"] = 1
+            if "slow pings" in chosen:
+                for env_ in (holder_env, beat):
+                    env_["HEALTHCHECKS_PING_URL"] = f"http://{{addr}}:{blackhole.port}/"
+                    env_["HEALTHCHECKS_PING_KEY"] = "f9-" + "k" * 20
+
+            def at(server, values):  # the black hole as each host reaches the root namespace
+                return {
+                    k: str(v).replace("{addr}", server.host.root_address) for k, v in values.items()
+                }
+
+            hold.touch()
+            holder = servers[0].start(day, "bench-tail", **at(servers[0], holder_env))
+            wait_until(lambda d=day: len(starts(stamp, d)) - len(starts(stamp, d, "fail")) == 1, 60)
+            standbys = [s.start(day, "bench-tail", **at(s, beat)) for s in servers[1:]]
+            time.sleep(2.0)  # they stand by behind the live holder (a bench, not a test)
+            hold.unlink()
+
+            def claim_state(d=day):
+                rows = pg.query(
+                    "SELECT state FROM ops_slotclaim WHERE job = 'bench-tail' "
+                    "AND logical_date = %s",
+                    (d,),
+                )
+                return rows[0][0] if rows else None
+
+            # The stalled reader: nothing is read from the holder until its outcome is recorded.
+            recorded = wait_until(lambda: claim_state() not in (None, "running"), 120)
+            holder_out = holder.communicate(timeout=120)
+            results = [(p.wait(120), *p.communicate()) for p in standbys]
+            executed = len(starts(stamp, day)) - len(starts(stamp, day, "fail"))
+            ended = starts(stamp, day, "end")
+            outcomes = sorted(
+                r[0]
+                for r in pg.query(
+                    "SELECT outcome FROM ops_jobrun WHERE job = 'bench-tail' AND logical_date = %s",
+                    (day,),
+                )
+            )
+            finished = pg.query(
+                "SELECT extract(epoch FROM max(finished_at)) FROM ops_jobrun WHERE job = "
+                "'bench-tail' AND logical_date = %s AND outcome = 'succeeded'",
+                (day,),
+            )[0][0]
+            if ended and finished is not None:
+                tail_seconds.append(float(finished) - ended[-1][1])
+            expected = ["skipped", "skipped", "succeeded"]
+            if "retry wait" in chosen:
+                expected = ["failed", *expected]
+            ok = (
+                recorded
+                and executed == 1
+                and holder.returncode == 0
+                and [r[0] for r in results] == [0, 0]
+                and all("done on " in r[1] for r in results)
+                and outcomes == sorted(expected)
+                and claim_state() == "succeeded"
+            )
+            if not ok:
+                bad.append(day)
+                print(
+                    f"  {day} {chosen}: executed {executed}, holder exit {holder.returncode} "
+                    f"({holder_out[1][-300:]!r}), standbys {[r[0] for r in results]} "
+                    f"{[r[1][-200:] for r in results]}, history {outcomes}"
+                )
+    finally:
+        blackhole.close()
+    shown = ", ".join(f"{t}: {n}" for t, n in seen.items())
+    print(
+        f"{count} slots with random tails (seed {seed}; {shown}): the holder's tail from its "
+        f"job's end to its record {min(tail_seconds, default=0):.1f}-"
+        f"{max(tail_seconds, default=0):.1f} s (a heartbeat is stale after 3 s)"
+    )
+    goal(
+        "F9",
+        f"{count} slots whose holder ends with random tails, 2 standbys, heartbeat 1 s: "
+        f"executed once and the standbys exit 0 in {count - len(bad)}/{count}",
+        not bad,
+    )
+
+
 def stats(pg) -> PgDatabase:
     """The server's own database: our reads of the statistics count nowhere in pg.name's."""
     other = PgDatabase.__new__(PgDatabase)
@@ -259,21 +400,23 @@ def load(servers, pg, stamp: Path, window: float, heartbeat: float, counts, day0
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fires", type=int, default=100)
+    parser.add_argument("--tails", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--window", type=float, default=60.0)
-    parser.add_argument("--parts", default="takeover,fires,load")
+    parser.add_argument("--parts", default="takeover,fires,tails,load")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if args.quick:
-        args.fires, args.trials, args.window = 10, 1, 15.0
+        args.fires, args.trials, args.window, args.tails = 10, 1, 15.0, 6
     reason = available()
     server_url = pg_url()
     if reason or not server_url:
         goal("F9", f"cannot run: {reason or 'PostgreSQL not available (.ci/services.sh)'}", False)
         return 1
-    if not parts <= {"takeover", "fires", "load"}:
-        parser.error(f"--parts: takeover, fires, load (not {args.parts!r})")
+    if not parts <= {"takeover", "fires", "tails", "load"}:
+        parser.error(f"--parts: takeover, fires, tails, load (not {args.parts!r})")
     pg = PgDatabase(server_url)
     network = Network()
     try:
@@ -299,6 +442,9 @@ def main() -> int:
                 takeover(servers, pg, stamp, heartbeat, args.trials, 1 + 10 * i)
         if "fires" in parts:
             fires(servers, pg, stamp, args.fires)
+        if "tails" in parts:
+            seed = args.seed if args.seed is not None else random.randrange(10**6)
+            tails(servers, pg, stamp, args.tails, seed)
         if "load" in parts:
             counts = (1, 5) if args.quick else (1, 5, 10)
             load(servers, pg, stamp, args.window, 30.0, counts, 1)

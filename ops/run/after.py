@@ -27,7 +27,6 @@ from ..models import JobRun, Outcome, SlotClaim
 from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_AFTER_WAIT
 from ..schedule.slots import Slot
-from .heartbeat import Heartbeat
 from .plan import say
 from .supervisor import EXIT_SKIPPED, Ended
 
@@ -85,14 +84,7 @@ def gate(
         until_next = (next_fire(expr, now, ZoneInfo(settings.TIME_ZONE)) - now).total_seconds()
         bound = max(0.0, min(bound, until_next))
     deadline = time.monotonic() + bound
-    lost: list[str] = []
-
-    def lose(note: str) -> None:
-        lost.append(note)
-        runner.signals.wake()
-
-    with Heartbeat(run, runner.heartbeat, lose):
-        ended = _wait(runner, upstreams, day, bound, deadline, lost)
+    ended = _wait(runner, upstreams, day, bound, deadline)  # the claim heartbeats meanwhile
     if ended is not None and getattr(run, "claim_was", None) == Outcome.SUCCEEDED:
         if ended.outcome in (Outcome.WAITING, Outcome.BLOCKED):  # kept_state keeps it done
             ended.note += "; the slot's earlier success stands (this --force run did not run it)"
@@ -105,7 +97,6 @@ def _wait(
     day: dt.date,
     bound: float,
     deadline: float,
-    lost: list[str],
 ) -> Ended | None:
     said = False
     while True:
@@ -140,9 +131,8 @@ def _wait(
             )
             said = True
         runner.signals.wait([], min(POLL, left))
-        if lost:
-            runner.lost_claim = True
-            return Ended(Outcome.TAKEN_OVER, EXIT_SKIPPED, lost[0])
+        if (lost := runner.lost_claim) is not None:
+            return Ended(Outcome.TAKEN_OVER, EXIT_SKIPPED, lost)
         ended = runner.terminated()
         if ended is not None:
             return Ended(ended.outcome, ended.exit_code, f"{ended.note} while waiting for {names}")

@@ -1,7 +1,23 @@
-"""The claim's heartbeat, refreshed by a thread of run_job while its job runs in a child."""
+"""The claim's heartbeat: refreshed by a thread of run_job from the take to the record.
 
+A claim is alive while its heartbeat is fresh; another server takes a claim over once it is
+3 intervals old (ops/run/claims.py). So the heartbeat belongs to holding the claim, not to a
+phase of the run: it beats through the wait for the upstream (--after), the job, the end of
+the job's leftovers, the end of its output, the waits between retries and the writing of the
+record, whatever each of them costs. It stops once the outcome is on the claim (or the run
+gives the claim up). It pauses only across the fork of the job (milliseconds: the child then
+inherits no thread's half-done work); its next beat comes one interval after its last one.
+
+A beat that finds the claim no longer ours (another run took it over while this one was frozen
+or cut off from the database) says so once and calls `on_lost` with the note. The thread runs
+in run_job's own process, on a connection of its own: the job cannot stop it.
+"""
+
+import contextlib
 import sys
 import threading
+import time
+from collections.abc import Callable, Iterator
 
 from django.db import DatabaseError, connection
 from django.utils import timezone
@@ -10,50 +26,82 @@ from ..models import JobRun
 from . import claims
 from .plan import one_line, say
 
+JOIN_SECONDS = 5.0  # at most this long for a beat in progress to end, when the beating stops
 
-class Heartbeat:
-    """Refreshes the claim's heartbeat from a thread, so another host can tell we are alive.
 
-    A heartbeat that finds the claim no longer ours (another run took it over while this one
-    was frozen or cut off from the database) says so once and calls `on_lost` with the note.
-    It runs in run_job's own process, on a connection of its own: the job cannot stop it."""
+class ClaimKeeper:
+    """Keeps `run`'s claim alive from `start()` to `stop()` (a context manager). Without a slot
+    there is no claim, and nothing to keep."""
 
-    def __init__(self, run: JobRun, interval: float, on_lost=None):
-        self.run, self.interval, self.on_lost = run, interval, on_lost
+    def __init__(self, run: JobRun, interval: float, on_lost: Callable[[str], None]):
+        self.run = run  # the claim's tenure: its job, slot and version (not the attempt)
+        self.interval = interval
+        self.on_lost = on_lost
+        self.lost: str | None = None  # why the claim is no longer ours, once a beat found it
+        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True, name="cronops-heartbeat")
+        self._last = time.monotonic()  # the claim's heartbeat was written as it was taken
+        self._stopped = not run.slot
 
-    def _beat(self):
+    def __enter__(self) -> "ClaimKeeper":
+        self._resume()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """The outcome is on the claim (or the run gave it up): no more beats."""
+        self._stopped = True
+        self._halt()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No beat (and no thread of the keeper's) across the fork of the job."""
+        self._halt()
+        try:
+            yield
+        finally:
+            self._resume()
+
+    def _resume(self) -> None:
+        if self._stopped or self.lost is not None or self._thread is not None:
+            return
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(self._stop,), daemon=True, name="cronops-heartbeat"
+        )
+        self._thread.start()
+
+    def _halt(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            # A beat stuck in the database (a partition) is left to end on its own: it stops
+            # at its next look at its event, and another thread never beats beside it.
+            thread.join(JOIN_SECONDS)
+
+    def _beat(self, stop: threading.Event) -> None:
         failing = False
         try:
-            while not self._stop.wait(self.interval):
+            while not stop.wait(max(0.0, self._last + self.interval - time.monotonic())):
+                self._last = time.monotonic()
                 try:
                     owned = claims.heartbeat(self.run, timezone.now())
-                    if not owned:
-                        note = taken_over_note(self.run)
-                        say(f"job {self.run.job}: {note}; stopping this run", sys.stderr)
-                        if self.on_lost is not None:
-                            self.on_lost(note)
-                        return
-                    failing = False
                 except DatabaseError as exc:
                     if not failing:  # once per outage, not once per beat
                         say(f"job {self.run.job}: heartbeat failed: {one_line(exc)}", sys.stderr)
                     failing = True
                     connection.close()  # the next beat connects afresh (Django would not)
+                    continue
+                failing = False
+                if not owned and not stop.is_set():
+                    self.lost = note = taken_over_note(self.run)
+                    say(f"job {self.run.job}: {note}; stopping this run", sys.stderr)
+                    self.on_lost(note)
+                    return
         finally:
             connection.close()
-
-    def __enter__(self):
-        if self.run.slot:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
-        return False
 
 
 def taken_over_note(run: JobRun) -> str:

@@ -19,6 +19,8 @@ import time
 from builtins import bytes as _bytes
 from pathlib import Path
 
+from .outbox import OUTBOX
+
 CHUNK = 65536
 
 
@@ -105,25 +107,11 @@ def truncation_notice(written: int) -> str:
     return f"[cronops] output truncated: only the end of {written} bytes is shown\n"
 
 
-def _write_all(fd: int, data: bytes) -> tuple[int, str]:
-    """Write `data` to `fd`; (bytes that could not be written, why) - never raises."""
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(fd, view)
-        except OSError as exc:
-            # A full disk under the log, or the reader went away: the job must not fail for
-            # it, but the loss is counted so that the runner can report it.
-            return len(view), exc.strerror or type(exc).__name__
-        view = view[written:]
-    return 0, ""
-
-
 def write_fd(fd: int, text: str) -> None:
-    """Write `text` to descriptor `fd`, past Python's stream objects (whatever they are, a
-    full disk or a closed reader must not raise); never raises."""
+    """Queue `text` for descriptor `fd` (ops/run/outbox.py): never waits on its reader, never
+    raises."""
     _flush()
-    _write_all(fd, text.encode("utf-8", "backslashreplace"))
+    OUTBOX.put(fd, text.encode("utf-8", "backslashreplace"))
 
 
 def _flush_or_drop(stream, fd: int) -> None:
@@ -165,14 +153,20 @@ def settle() -> None:
 
 class Tee:
     """The job's stdout and stderr pipes, read until every writer is gone: through to run_job's
-    fds 1 and 2 (or into a spool file, quiet), and into `tail`."""
+    fds 1 and 2 (or into a spool file, quiet), and into `tail`. What passes through is queued
+    for run_job's writer threads (ops/run/outbox.py): a reader of run_job that stops reading
+    slows the job down while it runs, and never holds up the end of the run."""
 
     def __init__(self, tail: Tail, quiet: bool = False):
         self.tail = tail
         self.quiet = quiet
         self._spool = tempfile.TemporaryFile() if quiet else None
+        self._replayed = False  # the spool is the writer's now
         self._spool_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._ended = threading.Event()  # the job has ended: the rest is queued without waiting
+        self._loss_lock = threading.Lock()
+        self.deadline: float | None = None  # when the output stops holding the run up (finish)
         self.lost = 0  # bytes of output that could not be passed through
         self.lost_reason = ""
         self.spool_problem = ""
@@ -189,6 +183,9 @@ class Tee:
             thread.start()
             self._threads.append(thread)
 
+    def _running(self) -> bool:
+        return not self._ended.is_set()
+
     def _pump(self, source: int, target: int) -> None:
         # Only a failed read ends the loop: closing the pipe early would kill the job with
         # EPIPE for a problem of run_job's (a full spool, a full log).
@@ -196,7 +193,7 @@ class Tee:
             while chunk := _read(source):
                 self.tail.write(chunk)
                 if not self._spooled(chunk):
-                    self._count_loss(*_write_all(target, chunk))
+                    OUTBOX.put(target, chunk, self._count_loss, wait=self._running)
         finally:
             os.close(source)
 
@@ -206,7 +203,7 @@ class Tee:
         if self._spool is None:
             return False
         with self._spool_lock:
-            if self._spool.closed:
+            if self._replayed or self._spool.closed:
                 return self.spool_problem == ""  # a child outliving the job: dropped
             try:
                 self._spool.write(chunk)
@@ -222,17 +219,28 @@ class Tee:
                     self._spool.close()
                 return False
 
-    def join(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds for both pipes' end of file: a process the job left
-        behind that still holds them must not hold the record up."""
-        deadline = time.monotonic() + timeout
+    def finish(self, timeout: float) -> None:
+        """The job has ended: read both pipes to their end of file and see what passed through
+        written, for at most `timeout` seconds in all (also `settle`'s bound): a process the job
+        left behind that still holds a pipe, or a reader of run_job's that stopped reading,
+        must not hold the record up."""
+        self.deadline = time.monotonic() + timeout
+        self._ended.set()
+        OUTBOX.wake()
         for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            thread.join(max(0.0, self.deadline - time.monotonic()))
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait (until finish's deadline) for what is queued to be written, so that a loss (a
+        full disk under the log) is known before the outcome is recorded."""
+        OUTBOX.flush(self.deadline)
 
     def _count_loss(self, lost: int, reason: str) -> None:
         if lost:
-            self.lost += lost
-            self.lost_reason = self.lost_reason or reason
+            with self._loss_lock:
+                self.lost += lost
+                self.lost_reason = self.lost_reason or reason
 
     def loss_note(self) -> str:
         """One line about output that never reached the log, or ""."""
@@ -243,21 +251,19 @@ class Tee:
         )
 
     def replay(self) -> None:
-        """Print the spooled output (quiet mode, on failure)."""
+        """Print the spooled output (quiet mode, on failure): queued, the writer closes it."""
         if self._spool is None:
             return
         with self._spool_lock:
-            if self._spool.closed:
+            if self._replayed or self._spool.closed:
                 return  # it failed: what came after it passed through already
-            try:
-                self._spool.seek(0)
-                while chunk := self._spool.read(CHUNK):
-                    self._count_loss(*_write_all(1, chunk))
-            except OSError as exc:
-                self._count_loss(0, exc.strerror or str(exc))
+            with contextlib.suppress(OSError):
+                self._spool.flush()
+            OUTBOX.put_file(1, self._spool, self._count_loss)
+            self._replayed = True
 
     def close(self) -> None:
-        if self._spool is not None:
+        if self._spool is not None and not self._replayed:
             with self._spool_lock, contextlib.suppress(OSError):
                 self._spool.close()
 

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.management import get_commands
+from django.db import connections
 from django.utils import timezone
 
 from ..control import pauses
@@ -234,3 +235,25 @@ def command_line(plan: Plan, slot: Slot | None) -> list[str]:
 def one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def env_file_usable() -> None:
+    """A `.env` line that could not be loaded (ops/env.py) is a usage error: the job would run
+    without that variable (a garbled DATABASE_URL: against another database)."""
+    from .. import env
+
+    if env.problems:
+        raise UsageError(env.problems[0])
+
+
+def outside_transactions() -> None:
+    """The job runs in a child process, on a connection of its own: it cannot see (or wait for)
+    what a caller's open transaction holds, and closing the caller's connection before the fork
+    would end that transaction. call_command("run_job") inside transaction.atomic() is a usage
+    error."""
+    for conn in connections.all(initialized_only=True):
+        if conn.in_atomic_block:
+            raise UsageError(
+                "run_job cannot run inside transaction.atomic() (database "
+                f"{conn.alias!r}): the job runs in a child process with a connection of its own"
+            )

@@ -31,7 +31,6 @@ from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_AFTER_WAIT, DEFAULT_RETRY_DELAY, RunOptions
 from ..schedule.slots import Slot, next_fire
 from . import claims, patience
-from .heartbeat import Heartbeat
 from .plan import say
 from .supervisor import EXIT_SKIPPED, Ended
 
@@ -171,24 +170,16 @@ def next_attempt(
 
 
 def wait_to_retry(runner: "Runner", run: JobRun, seconds: float) -> Ended | None:
-    """The backoff before the next attempt, heartbeating the claim; None when it passed, else
-    how the run ends instead (a signal, the claim taken over)."""
-    lost: list[str] = []
-
-    def lose(note: str) -> None:
-        lost.append(note)
-        runner.signals.wake()
-
+    """The backoff before the next attempt (the claim heartbeats meanwhile); None when it
+    passed, else how the run ends instead (a signal, the claim taken over)."""
     deadline = time.monotonic() + seconds
-    with Heartbeat(run, runner.heartbeat, lose):
-        while not lost and runner.signals.received is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            runner.signals.wait([], left)
-    if lost:
-        runner.lost_claim = True
-        return Ended(Outcome.TAKEN_OVER, EXIT_SKIPPED, lost[0])
+    while runner.lost_claim is None and runner.signals.received is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        runner.signals.wait([], left)
+    if (lost := runner.lost_claim) is not None:
+        return Ended(Outcome.TAKEN_OVER, EXIT_SKIPPED, lost)
     ended = runner.terminated()
     assert ended is not None
     return Ended(ended.outcome, ended.exit_code, f"{ended.note} while waiting to retry")

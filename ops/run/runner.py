@@ -26,10 +26,21 @@ from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
 from ..schedule.slots import Slot
 from . import after, claims, claimstep, descendants, patience, process, retries, standby
-from .heartbeat import Heartbeat, taken_over_note
+from .heartbeat import ClaimKeeper, taken_over_note
 from .lock import JobLock, LockError
+from .outbox import OUTBOX
 from .output import JobLog, Tail, Tee, settle, standard_streams
-from .plan import Plan, UsageError, command_line, one_line, plan_slots, resolve, say
+from .plan import (
+    Plan,
+    UsageError,
+    command_line,
+    env_file_usable,
+    one_line,
+    outside_transactions,
+    plan_slots,
+    resolve,
+    say,
+)
 from .signals import Interrupted, Signals
 from .supervisor import Ended, Supervisor, fork_job
 
@@ -72,7 +83,7 @@ class Runner:
         self.kill_after = plan.options.kill_after or DEFAULT_KILL_AFTER
         self.signals = Signals()  # installed from the lock on (run())
         self.lock_fd: int | None = None  # the job's lock: the job does not inherit it
-        self.lost_claim = False  # the heartbeat found the claim taken over
+        self.keeper: ClaimKeeper | None = None  # the current slot's heartbeat (heartbeat.py)
         self.stop = False  # set by a timeout, a signal or a lost database: no further slots
         # Catch-up slots send no pings of their own (hosted healthchecks.io drops more than 5
         # pings a minute per check); the last slot's final ping sums them up.
@@ -197,6 +208,12 @@ class Runner:
             self.signals.uninstall()
             lock.release()
 
+    @property
+    def lost_claim(self) -> str | None:
+        """Why the current slot's claim is no longer this run's (its heartbeat found it), or
+        None."""
+        return self.keeper.lost if self.keeper is not None else None
+
     def terminated(self) -> Ended | None:
         """A SIGTERM or SIGINT run_job received, as the outcome it gives."""
         received = self.signals.received
@@ -244,7 +261,11 @@ class Runner:
                     command=self.opts.command,
                 )
             )
-        return self.execute_run(run, slot, catch_up=catch_up)
+        # The claim is kept alive from here until its outcome is written (conclude), whatever
+        # the run does in between; a beat that finds it taken over wakes the main thread.
+        self.keeper = ClaimKeeper(run, self.heartbeat, lambda note: self.signals.wake())
+        with self.keeper:
+            return self.execute_run(run, slot, catch_up=catch_up)
 
     def execute_run(self, run: JobRun, slot: Slot | None, catch_up: bool = False) -> int:
         try:
@@ -295,40 +316,42 @@ class Runner:
         heartbeat and start ping sent from here, what it left running ended."""
         held = claims.held_claim(run)
         before = frozenset(descendants.children_of(os.getpid()))  # not the job's: never ended
+        assert self.keeper is not None
         try:
-            child = fork_job(
-                self.opts.command,
-                lambda: command_line(self.plan, slot),
-                claims.environment(held, process.identify()),
-                held,
-                self.signals,
-                not_inherited=(*self.signals.fds, *([self.lock_fd] if self.lock_fd else [])),
-            )
+            with self.keeper.paused():
+                child = fork_job(
+                    self.opts.command,
+                    lambda: command_line(self.plan, slot),
+                    claims.environment(held, process.identify()),
+                    held,
+                    self.signals,
+                    not_inherited=(*self.signals.fds, *([self.lock_fd] if self.lock_fd else [])),
+                )
         except OSError as exc:
             return Ended(Outcome.FAILED, 1, f"could not start the job: {exc.strerror or exc}")
         if child is None:  # a signal came just before the fork: the job never started
             terminated = self.terminated()
             assert terminated is not None
             return terminated
+        keeper = self.keeper
         supervisor = Supervisor(
             child,
             self.signals,
             timeout=self.opts.timeout,
             kill_after=self.kill_after,
             exclude=before,
+            lost=lambda: keeper.lost,
         )
         try:
             tee.start(child.stdout, child.stderr)
             pinger.start()
-            with Heartbeat(run, self.heartbeat, supervisor.lose):
-                supervisor.wait()
+            supervisor.wait()
         finally:
             self.signals.job = None
         ended = supervisor.ended()
         supervisor.close()
-        self.lost_claim = ended.outcome == Outcome.TAKEN_OVER
         self.end_leftovers(before)  # before the claim is released: they must not overlap a rerun
-        tee.join(OUTPUT_GRACE)
+        tee.finish(OUTPUT_GRACE)
         return ended
 
     def conclude(
@@ -345,6 +368,7 @@ class Runner:
         outcome, exit_code, note, tail = ended.outcome, ended.exit_code, ended.note, tee.tail
         if exit_code and self.opts.quiet:
             tee.replay()
+        tee.settle()  # bounded: a reader that stopped reading costs output, not the record
         tee.close()
         lost_output = tee.loss_note()
         if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.WAITING, Outcome.BLOCKED):
@@ -377,6 +401,8 @@ class Runner:
                 say(f"job {self.plan.name}: {said}", self.stderr if exit_code else self.stdout)
         note = self.redactor.text(note)  # an error line may quote a secret
         lost = self.record(run, outcome, exit_code, duration, note, tail)
+        if self.keeper is not None:
+            self.keeper.stop()  # the outcome is on the claim (or could not be written)
         if lost:
             # The database went away during the run: the outcome exists nowhere but here, so
             # say so once, fail the ping and the exit code; the claim stays "running" and the
@@ -487,6 +513,9 @@ def run(argv: list[str], *, stdout=None, stderr=None) -> int:
     try:
         return _run(argv, stdout=stdout, stderr=stderr, log_problem=log.problem)
     finally:
+        # The record and the final ping are done, the lock released: what is still queued for
+        # a slow reader is written now, before the log's descriptors are put back.
+        OUTBOX.flush()
         log.close()
         settle()  # nothing unwritable left in sys.stdout/sys.stderr for the flush at exit
 
@@ -498,28 +527,6 @@ def exit_now(code: int) -> None:
     settle()
     connections.close_all()
     os._exit(code)
-
-
-def env_file_usable() -> None:
-    """A `.env` line that could not be loaded (ops/env.py) is a usage error: the job would run
-    without that variable (a garbled DATABASE_URL: against another database)."""
-    from .. import env
-
-    if env.problems:
-        raise UsageError(env.problems[0])
-
-
-def outside_transactions() -> None:
-    """The job runs in a child process, on a connection of its own: it cannot see (or wait for)
-    what a caller's open transaction holds, and closing the caller's connection before the fork
-    would end that transaction. call_command("run_job") inside transaction.atomic() is a usage
-    error."""
-    for conn in connections.all(initialized_only=True):
-        if conn.in_atomic_block:
-            raise UsageError(
-                "run_job cannot run inside transaction.atomic() (database "
-                f"{conn.alias!r}): the job runs in a child process with a connection of its own"
-            )
 
 
 def log_option(argv: list[str]) -> str | None:

@@ -9,8 +9,8 @@ command (ops/run/child.py) and the parent supervises it:
   own process and the processes below it, then SIGKILL after `--kill-after`; a claim taken
   over (the heartbeat thread says so) stops the job the same way, and a passed signal the job
   ignores gets the same SIGKILL;
-- the job's output is teed by threads of the parent (ops/run/output.py), its heartbeat and
-  pings are threads of the parent too.
+- the job's output is teed by threads of the parent (ops/run/output.py), its heartbeat
+  (ops/run/heartbeat.py, from the claim to the record) and pings are threads of the parent too.
 
 Nothing the job does (hold the GIL in a long C call, close its descriptors, write os.environ,
 start threads, leave a transaction broken, ignore SIGTERM) reaches the parent's threads, its
@@ -32,11 +32,13 @@ from ..models import Outcome
 from ..schedule.options import DEFAULT_KILL_AFTER
 from . import child as job_child
 from . import descendants
+from .outbox import OUTBOX
 from .signals import Signals, send
 
 EXIT_SKIPPED = 75
 EXIT_TIMEOUT = 124
 _POLL = 0.05  # without a pidfd (kernels before 5.3) the parent polls the child this often
+QUIESCE_SECONDS = 1.0  # at most this long for run_job's own writes to end before a fork
 
 
 @dataclass
@@ -70,8 +72,10 @@ def fork_job(
     """Fork the command's child process (ops/run/child.py) and return its handle; None when a
     signal that ends the run came first (the job never starts).
 
-    Called with no thread of run_job alive: what the child inherits is this thread's state
-    only, and no other thread can be inside a lock the child would then wait on forever.
+    Called with the heartbeat paused (ClaimKeeper.paused) and, but for a writer of run_job's
+    output still waiting on a reader that stopped reading (ops/run/outbox.py: it holds no lock
+    the child takes), no other thread of run_job alive: what the child inherits is this
+    thread's state, and no other thread can be inside a lock the child would wait on forever.
     `not_inherited`: run_job's own descriptors (its lock, its wake-up pipe), closed in the
     child, so that the job can neither unlock the job's lock nor wake run_job."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, Signals.ENDING)
@@ -85,6 +89,7 @@ def fork_job(
     for stream in (sys.stdout, sys.stderr):  # what is buffered is written once, by us
         with contextlib.suppress(Exception):
             stream.flush()
+    OUTBOX.quiesce(QUIESCE_SECONDS)
     # The child must never use (nor close) the connection of the parent: a PostgreSQL
     # connection closed there would end the parent's session. Both reconnect lazily.
     connections.close_all()
@@ -137,22 +142,18 @@ class Supervisor:
         timeout: float | None,
         kill_after: float = DEFAULT_KILL_AFTER,
         exclude: frozenset[int] = frozenset(),
+        lost: Callable[[], str | None] = lambda: None,
     ):
         self.child = child
+        self.lost = lost  # why the claim is no longer ours (the heartbeat found it), or None
         self.exclude = exclude  # an in-process caller's own children: never signalled
         self.signals = signals
         self.timeout = timeout
         self.kill_after = kill_after
-        self.lost_note: str | None = None  # set by the heartbeat thread
         self.timed_out = False
         self.status: int | None = None
         self.received: int | None = None  # the signal that ended the run, as the job ended
         self.report = bytearray()
-
-    def lose(self, note: str) -> None:
-        """From the heartbeat thread: the claim was taken over; stop the job as a timeout does."""
-        self.lost_note = note
-        self.signals.wake()
 
     def wait(self) -> int:
         """Wait for the child to end; its wait status (os.waitpid's)."""
@@ -173,7 +174,7 @@ class Supervisor:
             if stopping is None:
                 if deadline is not None and now >= deadline:
                     self.timed_out = True
-                if self.timed_out or self.lost_note is not None:
+                if self.timed_out or self.lost() is not None:
                     self.stop(signal.SIGTERM)
                     stopping = now
                 elif self.signals.received is not None:
@@ -215,8 +216,8 @@ class Supervisor:
         the job ran, then the job's own end (its exit status, or the signal that killed it)."""
         report = job_child.parse_report(bytes(self.report))
         command = str(report.get("command") or "")
-        if self.lost_note is not None:
-            return Ended(Outcome.TAKEN_OVER, EXIT_SKIPPED, self.lost_note, command)
+        if (lost := self.lost()) is not None:
+            return Ended(Outcome.TAKEN_OVER, EXIT_SKIPPED, lost, command)
         if self.timed_out:
             note = f"timed out after {self.timeout:g}s"
             return Ended(Outcome.TIMED_OUT, EXIT_TIMEOUT, note, command)
