@@ -370,3 +370,33 @@ def test_a_reader_that_never_reads_holds_neither_the_record_nor_the_heartbeat(pr
         os.close(reader)  # the reader goes away: run_job's writes fail, and it ends
         proc.wait(60)
     assert proc.returncode == 124
+
+
+def test_a_reader_that_stops_reading_neither_slows_the_job_nor_loses_its_output(sqlite_project):
+    """`run_job … | less`, left on its first page: the job prints its 2 MB and ends, its
+    success is recorded at once; the reader, when it reads on, gets every byte."""
+    project = sqlite_project
+    size = 2_000_000
+    project.add_command("t_flood", f"sys.stdout.write('x' * {size} + '\\n')")
+    project.write_cron("t.cron", f"{DAILY} --no-ping --timeout=1m t_flood\n")
+    reader, writer = os.pipe()
+    proc = subprocess.Popen(
+        project.command("run_job", "t_flood"), cwd=project.dir, env=base_env(), stdout=writer
+    )
+    os.close(writer)
+    try:
+
+        def outcome():
+            rows = project.db.query("SELECT outcome, exit_code, note FROM ops_jobrun")
+            return rows and rows[0][0] != "running" and rows[0]
+
+        assert wait_until(outcome, "the run's record", timeout=60) == ("succeeded", 0, "")
+        assert proc.poll() is None  # what the reader has not taken yet is still to be written
+        received = b""
+        while chunk := os.read(reader, 1 << 16):
+            received += chunk
+    finally:
+        os.close(reader)
+        proc.wait(60)
+    assert proc.returncode == 0
+    assert received == b"x" * size + b"\n"

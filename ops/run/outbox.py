@@ -1,14 +1,18 @@
 """run_job's writes to its own descriptors, by a thread: a reader that stops reading costs
-output, never the record or the heartbeat.
+time at run_job's exit, never the job's pace, the record or the heartbeat.
 
 Everything run_job writes to a descriptor (its `cronops:` lines, the job's output it passes
 through, a --quiet run's replay) is queued, in order, one queue per descriptor, and a writer
-thread writes it out. So the main thread (which records the outcome) and the heartbeat never
-wait on a pipe nobody reads (`run_job … | less`, `| sleep 25`, a stalled log shipper): they
-queue and go on. The job's output waits for room while the job runs (it goes at the reader's
-pace, as a plain command's would); once the job has ended, what is left in its pipes is queued
-without waiting (the pipes' capacity bounds it), so its last lines reach the tail and the
-record whatever the reader does.
+thread writes it out. So neither the main thread (which records the outcome), the heartbeat
+nor the job ever waits on a pipe nobody reads (`run_job … | less` left on its first page,
+`| sleep 25`, a stalled log shipper). What a slow reader has not taken is kept in memory up to
+ROOM bytes a descriptor, then in a temporary file (disk, not memory, as --quiet's spool), and
+written when the reader takes it: the job runs at its own pace and ends when it is done, its
+outcome is recorded then, and run_job's process stays to write the rest (its lock released,
+its claim recorded) until the reader has taken it or gone away.
+
+Where no temporary file can be made (a full /tmp), the job's output waits for room instead,
+as a plain command's would; run_job's own lines never wait.
 
 A writer thread ends as soon as its queue is empty: usually none is alive when run_job forks.
 The child of a fork never uses the queue; it writes straight to its descriptors.
@@ -16,6 +20,7 @@ The child of a fork never uses the queue; it writes straight to its descriptors.
 
 import contextlib
 import os
+import tempfile
 import threading
 import time
 from collections import deque
@@ -23,15 +28,48 @@ from collections.abc import Callable
 from typing import BinaryIO
 
 CHUNK = 65536
-ROOM = 4 * CHUNK  # bytes of the job's output queued per descriptor before the job waits
+ROOM = 4 * CHUNK  # bytes kept in memory per descriptor; more goes to a temporary file
 Loss = Callable[[int, str], None]  # (bytes not written, why), called by the writer thread
 
 
 class _Item:
+    """Bytes to write, or a file to copy from its start (a --quiet replay)."""
+
     __slots__ = ("data", "file", "on_loss", "seq")
 
-    def __init__(self, data: bytes, file: BinaryIO | None, on_loss: Loss | None, seq: int):
-        self.data, self.file, self.on_loss, self.seq = data, file, on_loss, seq
+    def __init__(
+        self, data: bytes = b"", file: BinaryIO | None = None, on_loss: Loss | None = None
+    ):
+        self.data, self.file, self.on_loss, self.seq = data, file, on_loss, 0
+
+
+class _Spill(_Item):
+    """What a slow reader has not taken yet beyond ROOM: appended to a temporary file while it
+    is the last item of its queue, read back by the writer."""
+
+    __slots__ = ("end", "fd", "read")
+
+    def __init__(self, on_loss: Loss | None):
+        super().__init__(on_loss=on_loss)
+        self.fd = _temporary_fd()
+        self.end = self.read = 0
+
+    def append(self, data: bytes) -> None:
+        """All of `data` after what is there, or OSError (and then nothing of it counts)."""
+        offset, view = self.end, memoryview(data)
+        while view:
+            written = os.pwrite(self.fd, view, offset)
+            offset, view = offset + written, view[written:]
+        self.end = offset
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _temporary_fd() -> int:
+    with tempfile.TemporaryFile() as file:  # unlinked at once: only the descriptor holds it
+        return os.dup(file.fileno())
 
 
 class Outbox:
@@ -42,26 +80,32 @@ class Outbox:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._queues: dict[int, deque[_Item]] = {}
-        self._queued: dict[int, int] = {}  # bytes waiting, per descriptor (files not counted)
+        self._in_memory: dict[int, int] = {}  # bytes of each queue held in memory
         self._writers: dict[int, threading.Thread] = {}
         self._seq = 0  # the last item queued
         self._done: dict[int, int] = {}  # per descriptor, the last item written (or given up)
+        self.spill_problem = ""  # why no temporary file could take what a reader left
         self.direct = False  # in a forked child: write at once, in the caller
 
-    def put(self, fd: int, data: bytes, on_loss: Loss | None = None, wait=None) -> None:
-        """Queue `data` for `fd`. With `wait` (a callable), while it returns True and the queue
-        is full, the caller waits for room: the job's output, while the job runs."""
+    def put(self, fd: int, data: bytes, on_loss: Loss | None = None, *, job: bool = False) -> None:
+        """Queue `data` for `fd`; never waits on the reader. `job`: the job's output, which
+        waits for room when nothing can be kept on disk (run_job's own lines never do)."""
         if not data:
             return
         if self.direct:
-            lost, why = write_all(fd, data)
-            if lost and on_loss is not None:
-                on_loss(lost, why)
+            _write(fd, data, on_loss)
             return
         with self._lock:
-            while wait is not None and self._queued.get(fd, 0) >= ROOM and wait():
-                self._changed.wait(0.5)
-            self._queue(fd, _Item(data, None, on_loss, 0))
+            queue = self._queues.setdefault(fd, deque())
+            last = queue[-1] if queue else None
+            if isinstance(last, _Spill) and self._spilled(last, data):
+                self._changed.notify_all()
+                return
+            if self._in_memory.get(fd, 0) + len(data) > ROOM and self._spill(fd, data, on_loss):
+                return
+            while job and self._in_memory.get(fd, 0) >= ROOM and self._writers.get(fd):
+                self._changed.wait(0.5)  # no disk for it: at the reader's pace
+            self._queue(fd, _Item(data, on_loss=on_loss))
 
     def put_file(self, fd: int, file: BinaryIO, on_loss: Loss | None = None) -> None:
         """Queue the whole of `file` (from its start) for `fd`; the writer closes it."""
@@ -69,13 +113,34 @@ class Outbox:
             _copy(fd, file, on_loss)
             return
         with self._lock:
-            self._queue(fd, _Item(b"", file, on_loss, 0))
+            self._queue(fd, _Item(file=file, on_loss=on_loss))
+
+    def _spilled(self, spill: _Spill, data: bytes) -> bool:
+        try:
+            spill.append(data)
+            return True
+        except OSError as exc:
+            self.spill_problem = self.spill_problem or (exc.strerror or str(exc))
+            return False
+
+    def _spill(self, fd: int, data: bytes, on_loss: Loss | None) -> bool:
+        """Start keeping `fd`'s queue on disk, with `data`; False when no file can take it."""
+        try:
+            spill = _Spill(on_loss)
+        except OSError as exc:
+            self.spill_problem = self.spill_problem or (exc.strerror or str(exc))
+            return False
+        if not self._spilled(spill, data):
+            spill.close()
+            return False
+        self._queue(fd, spill)
+        return True
 
     def _queue(self, fd: int, item: _Item) -> None:
         self._seq += 1
         item.seq = self._seq
         self._queues.setdefault(fd, deque()).append(item)
-        self._queued[fd] = self._queued.get(fd, 0) + len(item.data)
+        self._in_memory[fd] = self._in_memory.get(fd, 0) + len(item.data)
         writer = self._writers.get(fd)
         if writer is None or not writer.is_alive():
             writer = threading.Thread(
@@ -93,23 +158,37 @@ class Outbox:
                     self._changed.notify_all()
                     return
                 item = queue[0]
-            # Outside the lock: this is the write that may wait on the reader.
-            if item.file is not None:
+                # A spill is written up to its end as it stands; it is done once it is read to
+                # its end and nothing came after it (then puts start a new item).
+                size = item.end - item.read if isinstance(item, _Spill) else 0
+            # Outside the lock: these are the writes that may wait on the reader.
+            if isinstance(item, _Spill):
+                if size:
+                    self._copy_spill(fd, item, size)
+                    continue
+            elif item.file is not None:
                 _copy(fd, item.file, item.on_loss)
             else:
-                lost, why = write_all(fd, item.data)
-                if lost and item.on_loss is not None:
-                    item.on_loss(lost, why)
+                _write(fd, item.data, item.on_loss)
             with self._lock:
+                if isinstance(item, _Spill) and item.read < item.end:
+                    continue  # appended to meanwhile
                 queue.popleft()
-                self._queued[fd] -= len(item.data)
+                self._in_memory[fd] -= len(item.data)
                 self._done[fd] = item.seq
                 self._changed.notify_all()
+            if isinstance(item, _Spill):
+                item.close()
 
-    def wake(self) -> None:
-        """Waiters for room look again at their `wait` (the job has ended)."""
-        with self._lock:
-            self._changed.notify_all()
+    def _copy_spill(self, fd: int, spill: _Spill, size: int) -> None:
+        try:
+            data = os.pread(spill.fd, min(size, CHUNK), spill.read)
+        except OSError as exc:
+            data = b""
+            if spill.on_loss is not None:
+                spill.on_loss(size, exc.strerror or str(exc))
+        spill.read += len(data) or size
+        _write(fd, data, spill.on_loss)
 
     def flush(self, deadline: float | None = None) -> bool:
         """Wait until what is queued now is written (or given up), at most until `deadline`
@@ -148,13 +227,17 @@ def write_all(fd: int, data: bytes) -> tuple[int, str]:
     return 0, ""
 
 
+def _write(fd: int, data: bytes, on_loss: Loss | None) -> None:
+    lost, why = write_all(fd, data)
+    if lost and on_loss is not None:
+        on_loss(lost, why)
+
+
 def _copy(fd: int, file: BinaryIO, on_loss: Loss | None) -> None:
     try:
         file.seek(0)
         while chunk := file.read(CHUNK):
-            lost, why = write_all(fd, chunk)
-            if lost and on_loss is not None:
-                on_loss(lost, why)
+            _write(fd, chunk, on_loss)
     except (OSError, ValueError) as exc:
         if on_loss is not None:
             on_loss(0, getattr(exc, "strerror", None) or str(exc))

@@ -154,8 +154,8 @@ def settle() -> None:
 class Tee:
     """The job's stdout and stderr pipes, read until every writer is gone: through to run_job's
     fds 1 and 2 (or into a spool file, quiet), and into `tail`. What passes through is queued
-    for run_job's writer threads (ops/run/outbox.py): a reader of run_job that stops reading
-    slows the job down while it runs, and never holds up the end of the run."""
+    for run_job's writer threads (ops/run/outbox.py): a reader of run_job's that stops reading
+    holds up neither the job nor the end of the run."""
 
     def __init__(self, tail: Tail, quiet: bool = False):
         self.tail = tail
@@ -164,7 +164,6 @@ class Tee:
         self._replayed = False  # the spool is the writer's now
         self._spool_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._ended = threading.Event()  # the job has ended: the rest is queued without waiting
         self._loss_lock = threading.Lock()
         self.deadline: float | None = None  # when the output stops holding the run up (finish)
         self.lost = 0  # bytes of output that could not be passed through
@@ -183,9 +182,6 @@ class Tee:
             thread.start()
             self._threads.append(thread)
 
-    def _running(self) -> bool:
-        return not self._ended.is_set()
-
     def _pump(self, source: int, target: int) -> None:
         # Only a failed read ends the loop: closing the pipe early would kill the job with
         # EPIPE for a problem of run_job's (a full spool, a full log).
@@ -193,7 +189,7 @@ class Tee:
             while chunk := _read(source):
                 self.tail.write(chunk)
                 if not self._spooled(chunk):
-                    OUTBOX.put(target, chunk, self._count_loss, wait=self._running)
+                    OUTBOX.put(target, chunk, self._count_loss, job=True)
         finally:
             os.close(source)
 
@@ -225,8 +221,6 @@ class Tee:
         left behind that still holds a pipe, or a reader of run_job's that stopped reading,
         must not hold the record up."""
         self.deadline = time.monotonic() + timeout
-        self._ended.set()
-        OUTBOX.wake()
         for thread in self._threads:
             thread.join(max(0.0, self.deadline - time.monotonic()))
         self.settle()

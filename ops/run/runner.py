@@ -5,6 +5,7 @@ The job itself runs in a forked child (ops/run/supervisor.py, ops/run/child.py):
 never runs job code, so its heartbeat, its timeout and its record cannot be stopped by it.
 """
 
+import contextlib
 import datetime as dt
 import os
 import signal
@@ -514,8 +515,10 @@ def run(argv: list[str], *, stdout=None, stderr=None) -> int:
         return _run(argv, stdout=stdout, stderr=stderr, log_problem=log.problem)
     finally:
         # The record and the final ping are done, the lock released: what is still queued for
-        # a slow reader is written now, before the log's descriptors are put back.
-        OUTBOX.flush()
+        # a slow reader is written now, before the log's descriptors are put back (Ctrl-C
+        # gives the rest up).
+        with contextlib.suppress(KeyboardInterrupt):
+            OUTBOX.flush()
         log.close()
         settle()  # nothing unwritable left in sys.stdout/sys.stderr for the flush at exit
 
