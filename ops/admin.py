@@ -7,14 +7,14 @@ avoid `SELECT DISTINCT` over the whole table (the job filter lists names by a lo
 scan), and the change list never counts the full history.
 """
 
-from functools import partial
+from functools import partial, wraps
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -33,6 +33,41 @@ def _button(function: str, model_admin, request, *args, **kwargs):
     from .control import views
 
     return getattr(views, function)(model_admin, request, *args, **kwargs)
+
+
+def nul_in(request) -> str:
+    """What in `request` holds a NUL byte ("the address", "the field 'reason'"), or "".
+
+    No job name, filter value or text of these pages can hold one: PostgreSQL refuses it in any
+    string (a DataError: a 500), SQLite would store it."""
+    if "\x00" in request.path:
+        return "the address"
+    for query in (request.GET, request.POST):
+        for key, values in query.lists():
+            if "\x00" in key or any("\x00" in value for value in values):
+                return f"the field {key.replace(chr(0), '%00')!r}"
+    return ""
+
+
+def nul_refused(pattern):
+    """`pattern` (a URL of an ops admin) answering 400, with one line saying where, when its
+    request holds a NUL byte; in one place for every view: the jobs page, its buttons, the
+    history's filters."""
+    view = pattern.callback
+
+    @wraps(view)
+    def guarded(request, *args, **kwargs):
+        where = nul_in(request)
+        if where:
+            return HttpResponseBadRequest(
+                f"Bad request: {where} holds a NUL byte (%00), which no job name or text "
+                "can contain.\n",
+                content_type="text/plain; charset=utf-8",
+            )
+        return view(request, *args, **kwargs)
+
+    pattern.callback = guarded
+    return pattern
 
 
 class JobFilter(admin.SimpleListFilter):
@@ -65,6 +100,13 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def get_urls(self):
+        return [nul_refused(pattern) for pattern in self.view_urls()]
+
+    def view_urls(self):
+        """The model admin's URLs, before get_urls guards them."""
+        return super().get_urls()
 
 
 def iso(field: str, description: str):
@@ -281,7 +323,7 @@ class JobAdmin(ReadOnlyAdmin):
     def has_view_permission(self, request, obj=None):
         return request.user.has_perm("ops.view_jobrun")
 
-    def get_urls(self):
+    def view_urls(self):
         view = self.admin_site.admin_view
 
         def route(suffix: str, function: str, name: str):

@@ -420,3 +420,48 @@ def test_an_until_in_a_dst_gap_is_echoed_as_the_time_it_is_and_audit_notes_use_t
     assert note.endswith("since 2026-12-02 11:30 Europe/Berlin resumed"), note
     changed = JobAction.objects.get(kind="pause").note
     assert changed.startswith("until 2027-03-28 03:30 Europe/Berlin"), changed
+
+
+NUL = "a%00b"  # a NUL byte, as a browser or curl sends it in an address
+NUL_REQUESTS = [
+    ("post", "daily/pause/", {"reason": "nul\x00byte"}, "the field 'reason'"),
+    ("post", "daily/pause/", {"until": "1\x00h", "reason": "r"}, "the field 'until'"),
+    ("get", f"{NUL}/", {}, "the address"),
+    ("get", f"{NUL}/pause/", {}, "the address"),
+    ("post", f"{NUL}/resume/", {}, "the address"),
+    ("get", f"{NUL}/run/", {}, "the address"),
+    ("get", f"{NUL}/actions/1/", {}, "the address"),
+    ("get", "daily/run/", {"date": "2026-11-2\x002"}, "the field 'date'"),
+    ("post", "daily/run/", {"token": "\x00"}, "the field 'token'"),
+    ("get", "/admin/ops/jobrun/", {"job": "a\x00b"}, "the field 'job'"),
+    ("get", "/admin/ops/jobrun/", {"outcome__exact": "\x00"}, "the field 'outcome__exact'"),
+    ("get", "/admin/ops/slotclaim/", {"state": "\x00"}, "the field 'state'"),
+    ("get", "/admin/ops/effect/", {"job": "a\x00b"}, "the field 'job'"),
+    ("get", "/admin/ops/jobaction/", {"kind": "\x00"}, "the field 'kind'"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "path", "data", "where"),
+    NUL_REQUESTS,
+    ids=[f"{m} {p} {sorted(d)}" for m, p, d, _ in NUL_REQUESTS],
+)
+def test_a_nul_byte_in_a_job_name_or_a_field_is_a_400_saying_where_and_changes_nothing(
+    daily, client, spawned, method, path, data, where
+):
+    """Issue 29, item 6. Before: PostgreSQL refused the NUL in its query (DataError: a 500);
+    SQLite stored a pause whose reason held it, or said 404 / 200. `make test-postgresql`
+    runs this again on PostgreSQL."""
+    from django.contrib.auth import get_user_model
+
+    client.force_login(get_user_model().objects.create_superuser("root", password="pw"))
+    client.raise_request_exception = False  # the 500 it was, not the DataError in the test
+    target = path if path.startswith("/") else JOBS + path  # the jobs page's, or the history's
+    with time_machine.travel(CAL_NOW, tick=False):
+        answer = getattr(client, method)(target, data)
+    assert answer.status_code == 400, (answer.status_code, answer.content[:200])
+    assert answer.content.decode() == (
+        f"Bad request: {where} holds a NUL byte (%00), which no job name or text can contain.\n"
+    )
+    assert not JobPause.objects.exists() and not JobAction.objects.exists() and spawned == []
