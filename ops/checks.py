@@ -11,6 +11,7 @@
 | ops.E008 | error | USE_TZ is off (slots and runs are stored as aware datetimes) |
 | ops.E009 | error | TIME_ZONE is not a time zone Python knows |
 | ops.E010 | error | `.env` has a line load_env could not load (not UTF-8, unparsable) |
+| ops.E011 | error | `.env` is there but unreadable (a dangling link, a directory, no permission) |
 | ops.W001 | warning | healthchecks.io pings are not configured for scheduled jobs |
 | ops.W002 | warning | `.env` is readable by its group (unless root owns it and the group is ours) |
 | ops.W003 | warning | the system time zone differs from TIME_ZONE (install_crontab refuses) |
@@ -74,6 +75,17 @@ def check_settings(app_configs=None, **kwargs):
                     "OPS_LOCK_DIR and OPS_LOG_DIR to absolute paths (install_crontab still "
                     "needs BASE_DIR to find manage.py)",
                     id="ops.E007",
+                )
+            )
+        elif isinstance(problem, conf.EnvFileError) and problem.whole_file:
+            messages.append(
+                Error(
+                    str(problem),
+                    hint="point the link at the real file, or make .env a file the jobs' user "
+                    "can read, or remove it (no .env is fine); until then every process runs "
+                    "without it, on the settings' defaults (their database), and run_job and "
+                    "job_status refuse to run",
+                    id="ops.E011",
                 )
             )
         elif isinstance(problem, conf.EnvFileError):

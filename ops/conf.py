@@ -318,11 +318,15 @@ GETTERS = {
 
 
 class EnvFileError(SettingError):
-    """A `.env` line load_env could not load (ops/env.py); str() is that one line."""
+    """A `.env` line load_env could not load, or the whole file (ops/env.py); str() is that one
+    line."""
 
     def __init__(self, line: str):
+        from . import env
+
         ImproperlyConfigured.__init__(self, line)
         self.name = ".env"
+        self.whole_file = isinstance(line, env.Unreadable)  # there, but it cannot be read
 
 
 def problems(source=None) -> list[SettingError]:

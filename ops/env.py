@@ -13,8 +13,10 @@ share between an operator's shell, a deploy and cron:
 - no interpolation: `${HOME}` or `$X` in a value stays as written, so a secret containing `$`
   is kept byte for byte.
 
-A missing file is not an error (a developer machine may have none). A file that cannot be read,
-is not UTF-8, or has lines python-dotenv cannot parse is not an exception in the settings
+A missing file is not an error (a developer machine may have none); a `.env` that is there but
+cannot be read (a symbolic link to nothing, a directory, no permission) is: read as no file, it
+would send every process to the settings' default database. Such a file, one that is not
+UTF-8, or one with lines python-dotenv cannot parse is not an exception in the settings
 module (every process would die with a traceback there): each problem is kept in `problems`,
 one line naming the file and the line, and run_job, job_status and the system checks refuse to
 go on with it (a garbled DATABASE_URL line would otherwise run jobs against another database).
@@ -26,8 +28,14 @@ import io
 import os
 import re
 
-# What load_env could not load, one line each: "<path>:<line>: <why>".
+# What load_env could not load, one line each: "<path>:<line>: <why>" (or "<path>: <why>").
 problems: list[str] = []
+
+
+class Unreadable(str):
+    """A problem of `problems` with the whole file, not one of its lines: it is there (a name in
+    its directory) but cannot be read."""
+
 
 _NAME = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*=")
 
@@ -39,9 +47,21 @@ def load_env(path: str | os.PathLike[str]) -> bool:
         with open(path, "rb") as file:
             data = file.read()
     except FileNotFoundError:
+        try:  # open() followed a link to nothing: not "no file"
+            target = os.readlink(path)
+        except OSError:
+            return False  # no file, not a link either
+        problems.append(
+            Unreadable(
+                f"{path}: a symbolic link to {target}, which does not exist; nothing was "
+                "loaded from it"
+            )
+        )
         return False
     except OSError as exc:
-        problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+        problems.append(
+            Unreadable(f"{path}: cannot be read ({exc.strerror or exc}); nothing was loaded")
+        )
         return False
     try:
         text = data.decode("utf-8")

@@ -1,7 +1,14 @@
 """A `.env` that cannot be loaded whole: one line naming the file and the line, exit 2, nothing
 run or recorded (issue 20, item 4). Real processes: the settings module loads it at start-up."""
 
+import shutil
+import sqlite3
+import subprocess
+
 import pytest
+
+from .conftest import base_env, copy_tree, require
+from .test_cron_e2e import python_for
 
 
 @pytest.mark.parametrize(
@@ -37,3 +44,82 @@ def test_a_env_file_that_cannot_be_loaded_is_one_line_and_exit_2_for_run_job_and
     assert project.db.runs() == []
     check = project.manage("check")
     assert "ops.E010" in check.stderr and said in check.stderr
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (
+            lambda env, elsewhere: env.symlink_to(elsewhere / "releases" / "3" / ".env"),
+            "a symbolic link to {elsewhere}/releases/3/.env, which does not exist; nothing was "
+            "loaded from it",
+        ),
+        (lambda env, elsewhere: env.mkdir(), "cannot be read (Is a directory); nothing was loaded"),
+    ],
+    ids=["a dangling symbolic link", "a directory"],
+)
+def test_a_env_file_that_is_there_but_cannot_be_read_is_exit_2_and_no_other_database_is_made(
+    sqlite_project, tmp_path, make, said
+):
+    """Issue 29, item 7. Before: a dangling `.env` link was read as no file at all, so the
+    settings fell back to their default SQLite: run_job made a fresh var/db.sqlite3 and said
+    `no such table … (run manage.py migrate)`, and `manage.py check` said nothing. (A directory
+    named `.env` is what cannot be read even by root, which these tests run as; the
+    chmod 000 case, as a user: the test below.)"""
+    project = sqlite_project
+    env = project.dir / ".env"
+    env.unlink()
+    make(env, tmp_path)
+    said = f"{env}: {said.format(elsewhere=tmp_path)}"
+    project.write_cron("t.cron", "0 3 * * * --no-ping sleep_demo --seconds=0\n")
+    for argv, prefix in (
+        (("run_job", "sleep_demo"), "cronops: error: "),
+        (("job_status",), "CommandError: "),
+    ):
+        result = project.manage(*argv)
+        assert result.returncode == 2, (argv, result.stdout, result.stderr)
+        assert result.stderr.splitlines() == [prefix + said], argv
+    check = project.manage("check")
+    assert check.returncode == 1
+    assert f"?: (ops.E011) {said}" in check.stderr and "HINT:" in check.stderr
+    migrate = project.manage("migrate")  # what the old message said to do: refused by the check
+    assert migrate.returncode == 1 and "(ops.E011)" in migrate.stderr
+    assert not (project.dir / "var" / "db.sqlite3").exists()
+    assert project.db.runs() == []
+
+
+def test_a_env_file_its_user_may_not_read_is_exit_2_and_no_other_database_is_made(
+    cron_user, migrated_templates
+):
+    """Issue 29, item 7, with a `.env` mode 000: run as a user of its own (root reads any file).
+    Before, this was already one line and exit 2, but `manage.py check` called it a line to fix
+    (ops.E010)."""
+    python = python_for(cron_user.name)
+    require(python is not None, f"no Python that {cron_user.name} can execute")
+    app = copy_tree(cron_user.home / "app")
+    shutil.copy2(migrated_templates["sqlite"], app / "db.sqlite3")
+    env = app / ".env"
+    env.write_text(f"DATABASE_URL=sqlite:///{app / 'db.sqlite3'}\nSECRET_KEY={'z' * 50}\n")
+    (app / "crontab.d" / "t.cron").write_text("0 3 * * * --no-ping sleep_demo --seconds=0\n")
+    subprocess.run(["chown", "-R", f"{cron_user.name}:{cron_user.name}", str(app)], check=True)
+    env.chmod(0o000)
+    said = f"{env}: cannot be read (Permission denied); nothing was loaded"
+
+    def as_user(*argv):
+        return subprocess.run(
+            ["runuser", "-u", cron_user.name, "--", python, "manage.py", *argv],
+            cwd=app,
+            env=base_env(HOME=str(cron_user.home)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    result = as_user("run_job", "sleep_demo")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"cronops: error: {said}"]
+    check = as_user("check")
+    assert check.returncode == 1 and f"?: (ops.E011) {said}" in check.stderr, check.stderr
+    assert not (app / "var" / "db.sqlite3").exists()
+    with sqlite3.connect(app / "db.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM ops_jobrun").fetchone() == (0,)
