@@ -10,6 +10,8 @@ share between an operator's shell, a deploy and cron:
 
 - the real environment wins: a variable already set (by the shell, a test, `make demo`, a
   Kubernetes pod) is never replaced by the file's value;
+- of two assignments of one name in the file the last wins, as python-dotenv, docker compose
+  and a shell's `source` have it (an override appended at the end takes effect);
 - no interpolation: `${HOME}` or `$X` in a value stays as written, so a secret containing `$`
   is kept byte for byte.
 
@@ -74,7 +76,7 @@ def load_env(path: str | os.PathLike[str]) -> bool:
         return False
     from dotenv.parser import parse_stream  # here: a project without .env does not pay for it
 
-    loaded = False
+    values: dict[str, str] = {}
     for binding in parse_stream(io.StringIO(text)):
         if binding.error:
             found = _NAME.match(binding.original.string)
@@ -86,6 +88,7 @@ def load_env(path: str | os.PathLike[str]) -> bool:
             continue
         if binding.key is None or binding.value is None:
             continue  # a bare NAME line: python-dotenv sets nothing for it either
-        loaded = True
-        os.environ.setdefault(binding.key, binding.value)
-    return loaded
+        values[binding.key] = binding.value  # a later assignment replaces an earlier one
+    for key, value in values.items():  # then the real environment wins over the file
+        os.environ.setdefault(key, value)
+    return bool(values)

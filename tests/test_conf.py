@@ -174,6 +174,43 @@ def test_load_env_never_overrides_the_environment_nor_interpolates(tmp_path, mon
     monkeypatch.delenv("CRONOPS_T_B")
 
 
+def test_load_env_lets_the_last_of_two_assignments_win_and_the_environment_over_both(tmp_path):
+    """Issue 29, item 8 (as python-dotenv, docker compose and `source` do); the real processes:
+    tests/test_env_file.py."""
+    import os
+
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "CRONOPS_T_D=first\nCRONOPS_T_E=first\nCRONOPS_T_D=last\nCRONOPS_T_E=last\n"
+    )
+    os.environ.pop("CRONOPS_T_D", None)
+    os.environ["CRONOPS_T_E"] = "from-shell"
+    try:
+        assert load_env(env_file) is True
+        assert (os.environ["CRONOPS_T_D"], os.environ["CRONOPS_T_E"]) == ("last", "from-shell")
+    finally:
+        os.environ.pop("CRONOPS_T_D", None)
+        os.environ.pop("CRONOPS_T_E", None)
+
+
+def test_load_env_calls_a_missing_file_nothing_and_a_link_to_nothing_a_problem(
+    tmp_path, monkeypatch
+):
+    """Issue 29, item 7: `open()` says "no such file" for both; only the first is no file."""
+    from ops import env
+
+    monkeypatch.setattr(env, "problems", [])
+    assert load_env(tmp_path / ".env") is False
+    assert env.problems == []
+    (tmp_path / ".env").symlink_to("releases/3/.env")
+    assert load_env(tmp_path / ".env") is False
+    assert env.problems == [
+        f"{tmp_path}/.env: a symbolic link to releases/3/.env, which does not exist; nothing "
+        "was loaded from it"
+    ]
+    assert isinstance(env.problems[0], env.Unreadable)
+
+
 def test_run_job_with_a_bad_setting_exits_2_records_nothing_and_pings_nothing(
     sqlite_project, ping_server
 ):

@@ -44,6 +44,25 @@ def test_a_dollar_brace_in_env_is_kept_literally_not_interpolated(sqlite_project
     assert seen["settings.SECRET_KEY"] == "abc${HOME}def$HOME${X:-y}"
 
 
+def test_of_two_assignments_in_env_the_last_wins_and_the_real_environment_over_both(
+    sqlite_project,
+):
+    """Issue 29, item 8: python-dotenv, docker compose and a shell's `source` let the last
+    assignment win. Before, load_env kept the first, so an override appended at the end of
+    `.env` was silently ignored."""
+    project = sqlite_project
+    env_file = project.dir / ".env"
+    with env_file.open("a") as file:
+        file.write("OPS_HOST=host-b\nexport OPS_HOST='host-c'\n")  # appended: host-a was first
+    code = "from ops import conf; print(conf.host())"
+
+    seen = project.manage("shell", "-v", "0", "-c", code)
+    told = project.manage("shell", "-v", "0", "-c", code, env={"OPS_HOST": "from-the-shell"})
+
+    assert (seen.stdout, seen.stderr) == ("host-c\n", "")
+    assert (told.stdout, told.stderr) == ("from-the-shell\n", "")
+
+
 def test_the_roles_env_template_round_trips_every_value_through_the_settings_loader(
     sqlite_project, tmp_path
 ):
