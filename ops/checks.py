@@ -176,12 +176,9 @@ def check_crontabd(app_configs=None, **kwargs):
     schedule, error = _schedule()
     messages: list[CheckMessage] = []
     if error is not None:
-        from .monitors.redact import known_secrets
-        from .schedule.crontab_text import redact
-
         messages.append(
             Error(
-                redact(f"crontab.d: {error}", known_secrets(settings)),
+                f"crontab.d: {error}",  # redacted where it is made (CrontabError)
                 hint="fix that line (format: docs/schedule.md); install_crontab refuses "
                 "to install until it is valid",
                 id="ops.E001",

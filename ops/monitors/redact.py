@@ -21,23 +21,43 @@ MIN_LENGTH = 8
 
 
 def known_secrets(settings) -> dict[str, str]:
-    """{name: value} of the secrets to keep out of ping bodies and the stored tail."""
+    """{name: value} of the secrets to keep out of ping bodies and the stored tail. A setting
+    of the wrong type is skipped (its own error is reported where it is read): an error
+    message quoting a secret must still be redacted while the settings are broken."""
     secrets = {
         "SECRET_KEY": getattr(settings, "SECRET_KEY", ""),
-        "HEALTHCHECKS_PING_KEY": conf.ping_key(settings),
-        "HEALTHCHECKS_API_KEY": conf.api_key(settings),
+        "HEALTHCHECKS_PING_KEY": _or_default(conf.ping_key, settings, ""),
+        "HEALTHCHECKS_API_KEY": _or_default(conf.api_key, settings, ""),
         "DATABASE_URL": os.environ.get("DATABASE_URL", ""),
     }
     for alias, database in getattr(settings, "DATABASES", {}).items():
         name = "the database password" if alias == "default" else f"the {alias} database password"
         secrets[name] = (database or {}).get("PASSWORD") or ""
-    for name in conf.redact_names(settings):
+    for name in _or_default(conf.redact_names, settings, []):
         value = getattr(settings, name, None)
         if value is None:
             value = os.environ.get(name, "")
         for i, item in enumerate(_strings(value)):
             secrets[name if i == 0 else f"{name}[{i}]"] = item
     return {k: v for k, v in secrets.items() if isinstance(v, str) and len(v) >= MIN_LENGTH}
+
+
+def _or_default(read, settings, default):
+    try:
+        return read(settings)
+    except conf.SettingError:
+        return default
+
+
+def redacted(text: str) -> str:
+    """`text` with the known secrets of Django's settings replaced by `<redacted NAME>`: for
+    messages that quote configuration (a crontab.d line), whichever command, log, mail or page
+    shows them."""
+    from django.conf import settings
+
+    if not settings.configured:
+        return text
+    return Redactor(known_secrets(settings)).text(text)
 
 
 def _strings(value, depth: int = 0) -> list[str]:

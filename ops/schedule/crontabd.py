@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..monitors.redact import redacted
 from ..run.commandargs import ArgsChecker
 from . import dependencies
 from .options import (
@@ -84,12 +85,13 @@ class CrontabError(ValueError):
     """A crontab.d problem, always located: `file:line: message (in: text)`."""
 
     def __init__(self, path, lineno, message, text=""):
-        self.path, self.lineno, self.message, self.text = str(path), lineno, message, text
+        self.path, self.lineno = str(path), lineno
         where = f"{self.path}:{lineno}" if lineno else self.path
-        # A --ping value is a credential (a check UUID or a URL with the ping key): these
-        # messages reach job logs and cron mail, so it is never echoed.
+        # These messages reach job logs, cron mail, job_status, the jobs page and system
+        # checks: made here, once, with no credential in them. A --ping value is one (a check
+        # UUID or a URL with the ping key); so is any known secret, wherever it stands.
         shown = _PING_VALUE.sub(r"\1<hidden>", _CONTROL.sub("?", text.strip()))
-        super().__init__(f"{where}: {message}" + (f" (in: {shown})" if shown else ""))
+        super().__init__(redacted(f"{where}: {message}" + (f" (in: {shown})" if shown else "")))
 
 
 @dataclass

@@ -397,8 +397,7 @@ def install_crontab(
             try:
                 schedule = load_schedule(check_args=True, second_opinion=True)
             except CrontabError as exc:
-                message = redact(f"crontab.d: {exc}", known_secrets(settings))
-                raise InstallError(message, EXIT_CRONTABD) from None
+                raise InstallError(f"crontab.d: {exc}", EXIT_CRONTABD) from None
         if not allow_tz_mismatch:
             problem = tz_mismatch(settings.TIME_ZONE)
             if problem:
