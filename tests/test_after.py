@@ -252,6 +252,34 @@ def test_a_job_in_a_cycle_does_not_run_when_another_line_of_crontab_d_is_broken(
 
 
 @pytest.mark.process
+def test_a_job_in_a_cycle_across_files_is_refused_in_one_line_not_said_to_run_first(
+    sqlite_project,
+):
+    """Issue 29, item 4: job-a → job-b → job-c → job-a over three files. Before, run_job
+    job-a warned that job-a `is declared validly and runs`, then refused it (exit 2)."""
+    project = sqlite_project
+    project.add_command("t_rates", UPSTREAM)
+    project.add_command("t_invoices", DOWNSTREAM)
+    a = project.write_cron("10-a.cron", f"{DAILY} --name=job-a --after=job-c t_rates\n")
+    project.write_cron("20-b.cron", f"{DAILY} --name=job-b --after=job-a t_invoices\n")
+    project.write_cron("30-c.cron", f"{DAILY} --name=job-c --after=job-b t_rates\n")
+    project.write_cron("40-d.cron", f"{DAILY} --name=job-d t_invoices\n")
+    cycle = "--after makes a cycle: job-a → job-c → job-b → job-a"
+    result = project.run_job("job-a")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"cronops: error: {a}:1: job job-a: {cycle}"]
+    assert result.stdout == ""
+    # A job outside the cycle steps over it, as over any other line's error, and says so.
+    other = project.run_job("job-d")
+    assert other.returncode == 0, other.stderr
+    assert other.stderr.splitlines() == [
+        f"cronops: warning: {a}:1: {cycle} (in: {DAILY} --name=job-a --after=job-c t_rates) "
+        "(job job-d is declared validly: that error does not stop it)"
+    ]
+    assert [(r[0], r[3]) for r in project.db.runs()] == [("job-d", "succeeded")]
+
+
+@pytest.mark.process
 def test_a_catch_up_slot_still_waiting_does_not_fail_the_final_ping(sqlite_project, ping_server):
     project = sqlite_project
     set_up_catching_up(project)

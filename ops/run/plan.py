@@ -71,6 +71,7 @@ def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Pla
         cli = parse_run_args(argv)
     except OptionsError as exc:
         raise UsageError(str(exc)) from None
+    stepped_over: CrontabError | None = None
     try:
         schedule = load_schedule()
         job = schedule.get(cli.job_name)
@@ -79,8 +80,9 @@ def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Pla
         job = load_jobs_leniently().get(cli.job_name)
         if job is None:
             raise UsageError(f"{exc} (run_job reads crontab.d for the job's schedule)") from None
-        # One bad line stops only its own job: this one's line is valid, so it runs.
-        say(f"warning: {exc} (job {job.name} is declared validly and runs)", stderr)
+        # One bad line stops only its own job: this one's line is valid, so it runs, unless a
+        # check below refuses it (its --after in a cycle, say), which is then the only line.
+        stepped_over = exc
     if job is not None and job.options.command != cli.command and cli.command != job.name:
         raise UsageError(
             f"job {job.name!r} is declared at {job.path}:{job.lineno} with command "
@@ -102,6 +104,9 @@ def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Pla
         _check_after(options, job, schedule)
     plan = Plan(options=options, job=job)
     _check_logical_date(plan, from_declaration=job is not None and not cli.args, now=now)
+    if stepped_over is not None:
+        ok = f"job {plan.name} is declared validly: that error does not stop it"
+        say(f"warning: {stepped_over} ({ok})", stderr)
     return plan
 
 
