@@ -279,6 +279,55 @@ def test_a_job_in_a_cycle_across_files_is_refused_in_one_line_not_said_to_run_fi
     assert [(r[0], r[3]) for r in project.db.runs()] == [("job-d", "succeeded")]
 
 
+# Issue 29, item 5: the same days, spelt differently (the issue's three pairs first), and cron's
+# rule that a day matching either restricted day field fires.
+SAME_DAYS = [
+    ("0 2 * * mon-fri", "0 3 * * 1-5"),
+    ("0 2 * * 0", "0 3 * * 7"),
+    ("0 2 */1 * *", "0 3 * * *"),
+    ("0 2 * * sun,mon,tue,wed,thu,fri,sat", "0 3 * * *"),
+    ("0 2 1-31 * 1", "0 3 * * *"),  # both restricted: any day of the month, or a Monday
+    ("0 2 */1 * 1", "0 3 * * mon"),  # day of month starts with `*`: Mondays only
+    ("0 2 * * 1-5", "0 3 * * 1"),  # every weekday covers each Monday the job runs
+    ("0 2 1 * 1", "0 3 1 * mon"),
+]
+OTHER_DAYS = [
+    ("0 2 * * 1-5", "0 3 * * *", "Sunday 1 January"),
+    ("0 2 * * 1", "0 3 1 * 1", "Sunday 1 January"),  # the job also runs on the 1st
+    ("0 2 1-30 * *", "0 3 * * *", "Sunday 31 January"),
+    ("0 2 * 1-11 *", "0 3 * * *", "Sunday 1 December"),
+]
+
+
+@pytest.mark.parametrize("upstream, dependent", SAME_DAYS)
+def test_an_upstream_on_the_same_days_spelt_differently_lines_up(upstream, dependent, tmp_path):
+    from ops.schedule.crontabd import load_schedule
+
+    (tmp_path / "t.cron").write_text(
+        f"{upstream} --name=rates sleep_demo\n{dependent} --after=rates clearsessions\n"
+    )
+    schedule = load_schedule(tmp_path)
+    assert [job.name for job in schedule.jobs] == ["rates", "clearsessions"]
+
+
+@pytest.mark.parametrize("upstream, dependent, missed", OTHER_DAYS)
+def test_an_upstream_missing_a_day_the_job_runs_is_refused_naming_such_a_day(
+    upstream, dependent, missed, tmp_path
+):
+    from ops.schedule.crontabd import CrontabError, load_schedule
+
+    path = tmp_path / "t.cron"
+    path.write_text(
+        f"{upstream} --name=rates sleep_demo\n{dependent} --after=rates clearsessions\n"
+    )
+    with pytest.raises(CrontabError) as refused:
+        load_schedule(tmp_path)
+    assert str(refused.value).startswith(
+        f"{path}:2: --after rates: its schedule `{upstream}` does not run on every day this "
+        f"job's `{dependent}` runs (not on a {missed}, for one)"
+    )
+
+
 @pytest.mark.process
 def test_a_catch_up_slot_still_waiting_does_not_fail_the_final_ping(sqlite_project, ping_server):
     project = sqlite_project

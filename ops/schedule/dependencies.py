@@ -4,13 +4,18 @@ dependent's.
 
 The rule for lining up: a dependent slot waits for its upstream's success *for the same
 logical date*, so the upstream must have exactly one slot on each date the dependent runs:
-a once-a-day schedule (single minute and hour) whose day fields (day of month, month, day of
-week) are `* * *` or the dependent's own. A daily job after a weekly one would wait six days
-in seven for a date the upstream never runs; a job after an hourly one would not know which of
-its 24 slots it means.
+a once-a-day schedule (single minute and hour) that fires on every day the dependent fires.
+A daily job after a weekly one would wait six days in seven for a date the upstream never
+runs; a job after an hourly one would not know which of its 24 slots it means. The days are
+compared as the days cron fires on, not as text: `mon-fri` is `1-5`, `0` is `7`, `*/1` is `*`.
 """
 
+import calendar
+import datetime as dt
+import functools
 from typing import TYPE_CHECKING
+
+from cronsim import CronSim
 
 from .slots import once_a_day
 
@@ -18,6 +23,10 @@ if TYPE_CHECKING:
     from .crontabd import Job
 
 EVERY_DAY = ["*", "*", "*"]
+WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
+# Not the locale's (calendar.month_name): every other message is English too.
+MONTHS = ["", "January", "February", "March", "April", "May", "June", "July", "August"]
+MONTHS += ["September", "October", "November", "December"]
 
 
 def problems(jobs: list["Job"]) -> list[tuple["Job", str]]:
@@ -71,14 +80,48 @@ def _lines_up(job: "Job", upstream: "Job") -> str:
             "once a day: single minute and hour)"
         )
     days, their_days = mine.split()[2:], theirs.split()[2:]
-    if their_days not in (EVERY_DAY, days):
+    if their_days in (EVERY_DAY, days):
+        return ""  # the common cases, without the calendar
+    missed = _a_day_missed(" ".join(days), " ".join(their_days))
+    if missed:
         return (
             f"--after {upstream.name}: its schedule `{upstream.schedule}` does not run on every "
-            f"day this job's `{job.schedule}` runs, so some of this job's logical dates would "
-            "wait for a date it never runs (an upstream's day fields must be `* * *` or this "
-            "job's own)"
+            f"day this job's `{job.schedule}` runs (not on a {missed}, for one), so some of "
+            "this job's logical dates would wait for a date it never runs"
         )
     return ""
+
+
+@functools.lru_cache(maxsize=256)
+def _a_day_missed(days: str, their_days: str) -> str:
+    """A day (`Sunday 1 January`) that the day fields `days` fire on and `their_days` do not,
+    or "" when there is none."""
+    mine, theirs = _fire_days(days), _fire_days(their_days)
+    for (month, day), weekdays in mine.items():
+        for weekday in sorted(weekdays - theirs.get((month, day), frozenset())):
+            return f"{WEEKDAYS[weekday]} {day} {MONTHS[month]}"
+    return ""
+
+
+def _fire_days(fields: str) -> dict[tuple[int, int], frozenset[int]]:
+    """{(month, day of month): the weekdays (0 = Sunday) it fires on} for day fields `fields`
+    (day of month, month, day of week), as cronsim reads them: with cron's rule that when both
+    day fields are restricted (neither starts with `*`) a day matching either fires. Every
+    (month, day, weekday) comes round in the calendar (29 February too, within 28 years), so
+    these are the days themselves."""
+    sim = CronSim(f"0 0 {fields}", dt.datetime(2000, 1, 1))
+    weekdays = frozenset(w for w in range(7) if w in sim.weekdays or (w == 0 and 7 in sim.weekdays))
+    every = frozenset(range(7))
+    fired: dict[tuple[int, int], frozenset[int]] = {}
+    for month in sorted(sim.months):
+        for day in range(1, calendar.monthrange(2000, month)[1] + 1):  # 2000: 29 February
+            if sim.day_and:
+                on = weekdays if day in sim.days else frozenset()
+            else:
+                on = every if day in sim.days else weekdays
+            if on:
+                fired[month, day] = on
+    return fired
 
 
 def _cycle_from(start: "Job", by_name: dict[str, "Job"]) -> list[str]:
