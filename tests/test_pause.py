@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from .conftest import DAILY, DAILY_DATE, PING_KEY
-from .hcserver import API_KEY
+from .hcserver import API_KEY, READ_KEY
 from .test_prometheus import PROMTOOL
 
 MARKER_COMMAND = """
@@ -35,6 +35,16 @@ def ok(result):
 def nightly(project, hc, tmp_path):
     """`nightly`, a daily job that catches up 5 days and writes each date it runs to a file;
     its check made and armed by sync_healthchecks on the stand-in."""
+    return make_nightly(project, hc, tmp_path)
+
+
+@pytest.fixture
+def nightly_sqlite(sqlite_project, hc, tmp_path):
+    """The same on SQLite only: for what the database does not change (healthchecks.io's side)."""
+    return make_nightly(sqlite_project, hc, tmp_path)
+
+
+def make_nightly(project, hc, tmp_path):
     marks = tmp_path / "marks"
     project.add_command(
         "t_mark",
@@ -260,3 +270,69 @@ def test_pausing_a_paused_job_again_pauses_its_check_when_the_first_try_could_no
     ok(project.manage("job_resume", "nightly"))  # its own manual_resume (off) given back
     assert writes_since(hc, before) == [(check.uuid, {"manual_resume": False}), ("resume", None)]
     assert check.manual_resume is False
+
+
+# --- a check that could not be paused is exit 1, one line (issue 29, item 10) ----------------
+
+
+def not_paused(project, *args) -> str:
+    """job_pause's one-line error when the job is paused but its check is not (exit 1)."""
+    result = project.manage("job_pause", "nightly", *args)
+    assert result.returncode == 1, result.stdout + result.stderr
+    # The job itself is paused (or stays so).
+    assert re.match(r"(paused nightly|nightly was paused already; now paused) by ", result.stdout)
+    [line] = result.stderr.splitlines()
+    assert line.startswith("CommandError: healthchecks.io: its check was not paused: ")
+    assert line.endswith(" (the job is paused)")
+    assert API_KEY not in line and READ_KEY not in line and PING_KEY not in line
+    return line
+
+
+def test_pausing_with_the_read_only_api_key_is_exit_1_and_the_check_stays_up(
+    sqlite_project, hc, nightly_sqlite
+):
+    # Before: exit 0 with `… it cannot pause checks`, and the check stayed up, alerting.
+    project, check = sqlite_project, hc.check("nightly")
+    project.write_env(HEALTHCHECKS_API_KEY=READ_KEY)
+    line = not_paused(project)
+    assert "HEALTHCHECKS_API_KEY is the project's read-only API key" in line
+    assert check.status == "up"
+    assert not_paused(project) == line  # pausing again tries again, and says so again
+    hc.checks.clear()  # none to list: the read-only key is still what is said
+    assert "read-only API key" in not_paused(project)
+
+
+def test_pausing_a_job_whose_slug_has_no_check_or_two_is_exit_1(sqlite_project, hc, nightly_sqlite):
+    # Before: exit 0 for both, as if there were nothing to pause.
+    project, check = sqlite_project, hc.check("nightly")
+    twin = hc.add(slug="nightly", kind="cron", schedule="0 3 * * *", status="up")
+    line = not_paused(project)
+    assert "2 checks share the slug 'nightly'" in line
+    assert (check.status, twin.status) == ("up", "up")
+    del hc.checks[check.uuid], hc.checks[twin.uuid]
+    line = not_paused(project)
+    assert "no check with the slug 'nightly' on healthchecks.io (run sync_healthchecks)" in line
+    resumed = ok(project.manage("job_resume", "nightly"))  # no check was paused: none to resume
+    assert resumed.stdout.startswith("resumed nightly (paused by ")
+    assert "healthchecks.io" not in resumed.stdout + resumed.stderr
+
+
+def test_resuming_with_the_read_only_api_key_is_exit_1_and_the_next_resume_does_it(
+    sqlite_project, hc, nightly_sqlite
+):
+    project, check = sqlite_project, hc.check("nightly")
+    ok(project.manage("job_pause", "nightly"))
+    assert check.status == "paused"
+    project.write_env(HEALTHCHECKS_API_KEY=READ_KEY)
+    failed = project.manage("job_resume", "nightly")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert failed.stdout.startswith("resumed nightly (paused by ")
+    [line] = failed.stderr.splitlines()
+    assert line.startswith("CommandError: healthchecks.io: could not resume its check: ")
+    assert "not a read-write API key" in line and READ_KEY not in line
+    assert check.status == "paused"
+    project.write_env(HEALTHCHECKS_API_KEY=API_KEY)
+    again = ok(project.manage("job_resume", "nightly"))
+    assert "nightly is not paused" in again.stdout
+    assert "healthchecks.io: resumed its check 'nightly' and armed it" in again.stdout
+    assert check.status_at() == "up"

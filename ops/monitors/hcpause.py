@@ -45,8 +45,19 @@ def api() -> HealthchecksAPI | None:
     return HealthchecksAPI(conf.api_url(), key, timeout=TIMEOUT) if key else None
 
 
+class NotPaused(Exception):
+    """The job pings a check here, but it cannot be paused: the message says why (exit 1)."""
+
+
+READ_ONLY = (
+    "HEALTHCHECKS_API_KEY is the project's read-only API key: pausing needs its read-write key "
+    "(Project Settings → API Access)"
+)
+
+
 def locate(client: HealthchecksAPI, name: str, job: Job | None) -> tuple[dict | None, str]:
-    """The check the job's runs ping, through the API; else (None, why there is none here)."""
+    """The check the job's runs ping, through the API; else (None, why the job pings none that
+    could be paused here). NotPaused when it pings one that this key cannot pause."""
     if job is not None:
         target = job_target(job, conf.ping_url(), conf.ping_key())
         if target is None:
@@ -56,7 +67,10 @@ def locate(client: HealthchecksAPI, name: str, job: Job | None) -> tuple[dict | 
         override = job.options.ping or ""
         last = override.rstrip("/").rsplit("/", 1)[-1]
         if UUID.match(last):
-            return client.get_check(last.lower()), ""
+            check = client.get_check(last.lower())
+            if read_only_listing([check]):
+                raise NotPaused(READ_ONLY)
+            return check, ""
         if target.key and target.key != conf.ping_key():
             return None, "its --ping URL holds another ping key: pause its check in that project"
         slug = last if override else name
@@ -65,12 +79,17 @@ def locate(client: HealthchecksAPI, name: str, job: Job | None) -> tuple[dict | 
     else:
         slug = name
     found = client.checks_with_slug(slug)
-    if read_only_listing(found):
-        return None, "HEALTHCHECKS_API_KEY is the read-only key: it cannot pause checks"
+    if read_only_listing(found) or (not found and not client.can_write()):
+        raise NotPaused(READ_ONLY)
     if not found:
-        return None, f"no check with the slug {slug!r} (run sync_healthchecks)"
+        raise NotPaused(
+            f"no check with the slug {slug!r} on healthchecks.io (run sync_healthchecks)"
+        )
     if len(found) > 1:
-        return None, f"{len(found)} checks share the slug {slug!r}: none was paused"
+        raise NotPaused(
+            f"{len(found)} checks share the slug {slug!r} (its pings get 409): delete or rename "
+            "all but one in the web UI"
+        )
     return found[0], ""
 
 
@@ -90,6 +109,9 @@ def pause_check(name: str, job: Job | None) -> CheckResult:
             client.update(result.uuid, {"manual_resume": True}, slug)
             result.manual_resume = False
         client.pause(result.uuid, slug)
+    except NotPaused as exc:
+        result.ok, result.note = False, f"its check was not paused: {exc}"
+        return result
     except ApiError as exc:
         result.ok, result.note = False, f"could not pause its check: {exc}"
         return result
