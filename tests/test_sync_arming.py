@@ -103,6 +103,8 @@ def test_only_a_new_check_its_job_pings_is_armed(hc, pinging):
     # a ping would resume it. Pings going to another server: ours would go down every day.
     hc.add(slug="charge_daily", tags=TAG, schedule="0 3 * * *", kind="cron", status="down")
     hc.add(slug="clear-sessions", kind="cron", schedule="0 0 * * *", status="paused")
+    # Its check here, made by hand with the job's slug, is left alone (never armed).
+    hc.add(slug="elsewhere", kind="cron", schedule="0 5 * * *")
     (pinging / "20-more.cron").write_text(
         "0 5 * * * --name=elsewhere --ping=https://hc.example.com/ping/other-key/elsewhere "
         "sleep_demo --seconds=0\n"
@@ -115,10 +117,67 @@ def test_only_a_new_check_its_job_pings_is_armed(hc, pinging):
     assert hc.check("charge_daily").status == "down"
     assert hc.check("clear-sessions").status == "paused"
     assert hc.check("elsewhere").status == "new"
-    assert (
-        "warning: elsewhere: check not armed: its pings go to hc.example.com, not to this "
-        "API's server"
-    ) in err
+    assert "elsewhere" not in out + err
+
+
+@pytest.mark.parametrize(
+    "ping",
+    [
+        "{hc.ping_url}other-project-key/{name}",  # the job's slug, another project's ping key
+        "https://hc.example.com/ping/{key}/{name}",  # the job's slug, another server
+    ],
+)
+def test_a_job_pinging_its_slug_in_another_project_or_server_gets_no_check_here(hc, pinging, ping):
+    # Before: sync made a check here that no run ever pinged: `new` for ever, never armed,
+    # never alerting; job_status meanwhile promised an alert one grace after a missed slot.
+    url = ping.format(hc=hc, key=PING_KEY, name="elsewhere")
+    (pinging / "20-more.cron").write_text(
+        f"0 5 * * * --name=elsewhere --ping={url} sleep_demo --seconds=0\n"
+    )
+    code, out, err, _ = sync_with_stderr()
+    assert code == 0, out + err
+    assert "elsewhere" not in {c.slug for c in hc.checks.values()}
+    assert "elsewhere" not in out + err
+    assert out.splitlines()[-1] == "healthchecks.io: 4 created, 3 armed, 0 unchanged"
+    assert PING_KEY not in out + err and "other-project-key" not in out + err
+    # One made for it by an older sync is this project's, and stale, saying why.
+    hc.add(
+        slug="elsewhere", kind="cron", schedule="0 5 * * *", tags=TAG, desc="cronops job: elsewhere"
+    )
+    code, out, err, _ = sync_with_stderr()
+    [line] = [line for line in out.splitlines() if "elsewhere" in line]
+    assert line.startswith(f"stale        elsewhere: tagged {TAG!r}, its job pings a")
+    assert line.endswith("(--prune deletes it)")
+    assert PING_KEY not in out + err and "other-project-key" not in out + err
+
+
+def test_job_status_promises_no_alert_for_a_check_sync_does_not_arm(hc, pinging, db):
+    # Before: a never-run job pinging another check said "once sync_healthchecks has armed its
+    # healthchecks.io check, a slot that passes without a run alerts one grace later": that
+    # check is never armed by sync, and a check never pinged never alerts.
+    other = hc.add(slug="shared", kind="cron", schedule="0 4 * * *")
+    (pinging / "20-more.cron").write_text(
+        f"0 5 * * * --name=by-uuid --ping={other.uuid} sleep_demo --seconds=0\n"
+        f"0 5 * * * --name=by-slug --ping={hc.ping_url}{PING_KEY}/shared sleep_demo --seconds=0\n"
+        f"0 5 * * * --name=other-key --ping={hc.ping_url}k2/other-key sleep_demo --seconds=0\n"
+    )
+    reasons = {}
+    for name in ("by-uuid", "by-slug", "other-key", "charge_daily"):
+        out = io.StringIO()
+        with pytest.raises(SystemExit):
+            call_command("job_status", "--json", "--job", name, stdout=out)
+        [job] = json.loads(out.getvalue())["jobs"]
+        reasons[name] = job["reason"]
+    for name in ("by-uuid", "by-slug", "other-key"):
+        assert "alerts one grace later" not in reasons[name], reasons[name]
+        assert reasons[name].endswith(
+            ": sync_healthchecks arms only the check with the job's slug, and healthchecks.io "
+            "never alerts on a check before its first ping"
+        )
+    assert "; it pings the check its --ping UUID names:" in reasons["by-uuid"]
+    assert "; it pings another check (--ping):" in reasons["by-slug"]
+    assert "; it pings a check of another project (its --ping URL holds" in reasons["other-key"]
+    assert "alerts one grace later" in reasons["charge_daily"]  # its own slug: armed by sync
 
 
 def test_without_a_ping_key_the_checks_are_not_armed_and_sync_says_why(hc, configured):

@@ -117,6 +117,35 @@ def job_target(job: Job, ping_url: str, ping_key: str) -> Target | None:
     return Target(base_of(parts._replace(path="/".join(path[:-2])).geturl()), path[-2])
 
 
+def names_uuid(override: str) -> bool:
+    """Whether a --ping value names a check by its UUID (a bare UUID, or a URL ending in one)."""
+    path = urllib.parse.urlsplit(override).path if "://" in override else override
+    return bool(UUID.match(path.rstrip("/").rsplit("/", 1)[-1]))
+
+
+def elsewhere(job: Job, ping_url: str, ping_key: str) -> str | None:
+    """Why the job's pings never reach the check with its slug in this project, told from its
+    options (`pings another check (--ping)`); None when they may. A `--ping` UUID gives None:
+    only the API's listing tells whether it is the check with the job's slug."""
+    if job.options.no_ping:
+        return "pings no check (--no-ping)"
+    override = job.options.ping
+    if not override:
+        return None
+    if names_uuid(override):
+        return None
+    # A slug ping URL (crontabd accepts a UUID or an http(s) URL): .../<ping key>/<slug>
+    parsed = urllib.parse.urlsplit(override)
+    parts = parsed.path.rstrip("/").split("/")
+    if parts[-1] != job.name:
+        return "pings another check (--ping)"
+    if base_of(parsed._replace(path="/".join(parts[:-2])).geturl()) != base_of(ping_url):
+        return f"pings another server (its --ping URL is not under {base_of(ping_url)})"
+    if ping_key and parts[-2:-1] != [ping_key]:
+        return "pings a check of another project (its --ping URL holds another ping key)"
+    return None
+
+
 def server_base(check: dict | None) -> str | None:
     """The base of the server's own ping URLs, from a listed check's `ping_url`."""
     url, code = (check or {}).get("ping_url") or "", check_uuid(check or {})

@@ -21,8 +21,10 @@ slug: sync created it, or adopted it by slug. The web UI's "Create a Copy" keeps
 but gives the copy another slug (`<slug>-copy`), so a copy is never this project's. Only this
 project's checks whose job is gone are reported stale, and deleted with `prune`.
 
-A job with `--no-ping`, or `--ping` naming another check, never pings its slug's check: it
-gets none (a check this project made for it earlier is stale).
+A job with `--no-ping`, or a `--ping` naming another check (another slug or UUID, or its slug
+under another project's ping key or on another server), never pings its slug's check here: it
+gets none (a check this project made for it earlier is stale). Made, such a check would stay
+`new` for ever (never armed, never alerting), or armed, go down after every slot.
 
 Two checks sharing a job's slug are reported (the API's upsert would update the first, pings
 get 409); nothing is changed for that slug.
@@ -37,6 +39,7 @@ from ..schedule.crontabd import Job, Schedule
 from ..schedule.durations import format_duration
 from ..schedule.tznames import current_name, same_zone
 from .hcapi import ApiError, HealthchecksAPI, check_uuid
+from .hcarm import elsewhere, names_uuid
 from .status import grace_seconds
 
 MAX_SECONDS = 31_536_000  # the API's limit for timeout and grace
@@ -153,17 +156,18 @@ def diff_check(spec: dict, check: dict) -> list[str]:
     return changes
 
 
-def pings_its_slug(job: Job, matches: list[dict]) -> bool:
-    """Whether the job's pings reach its slug's check: no --no-ping, and no --ping, or a --ping
-    naming that very check (its UUID, or a URL ending in its slug or UUID)."""
-    if job.options.no_ping:
-        return False
+def pings_elsewhere(job: Job, matches: list[dict], *, ping_url: str, ping_key: str) -> str | None:
+    """Why the job's pings never reach its slug's check (`its job pings another check
+    (--ping)`), or None: no --no-ping, and no --ping, or one naming that very check (its UUID,
+    or its slug with this project's ping key on HEALTHCHECKS_PING_URL's server)."""
+    why = elsewhere(job, ping_url, ping_key)
     override = job.options.ping
-    if not override:
-        return True
-    path = urllib.parse.urlsplit(override).path if "://" in override else override
-    last = path.rstrip("/").rsplit("/", 1)[-1]
-    return last == job.name or any(last == check_uuid(c) for c in matches)
+    if why is None and override and names_uuid(override):
+        path = urllib.parse.urlsplit(override).path if "://" in override else override
+        last = path.rstrip("/").rsplit("/", 1)[-1].lower()
+        if not any(last == (check_uuid(c) or "").lower() for c in matches):
+            why = "pings another check (--ping)"
+    return f"its job {why}" if why else None
 
 
 def plan(
@@ -174,6 +178,8 @@ def plan(
     tz: str,
     channels: str,
     prune: bool,
+    ping_url: str,
+    ping_key: str,
 ) -> list[Change]:
     """The changes that make healthchecks.io match crontab.d.
 
@@ -187,16 +193,14 @@ def plan(
             by_slug.setdefault(check["slug"], []).append(check)
     changes: list[Change] = []
     wanted = set()
-    elsewhere: dict[str, str] = {}  # job: why its check is stale although the job is there
+    stale_why: dict[str, str] = {}  # job: why its check is stale although the job is there
     for job in schedule.jobs:
         matches = by_slug.get(job.name, [])
-        if not pings_its_slug(job, matches):
-            # Never pings its slug's check: such a check could only go down.
-            elsewhere[job.name] = (
-                "its job pings no check (--no-ping)"
-                if job.options.no_ping
-                else "its job pings another check (--ping)"
-            )
+        why = pings_elsewhere(job, matches, ping_url=ping_url, ping_key=ping_key)
+        if why:
+            # Never pings its slug's check here: such a check would stay `new` (unarmed, it
+            # never alerts) or, armed, go down after every slot.
+            stale_why[job.name] = why
             continue
         wanted.add(job.name)
         spec = desired_spec(job, tz=tz, tag=tag)
@@ -230,8 +234,8 @@ def plan(
         for check in by_slug[slug]:
             if is_ours(check, tag):
                 action = "delete" if prune else "stale"
-                why = [elsewhere[slug]] if slug in elsewhere else []
-                changes.append(Change(action, slug, {}, why, check_uuid(check)))
+                reasons = [stale_why[slug]] if slug in stale_why else []
+                changes.append(Change(action, slug, {}, reasons, check_uuid(check)))
             elif prune and tag in (check.get("tags") or "").split():
                 changes.append(Change("kept", slug, {}, [], check_uuid(check)))
     return changes

@@ -502,11 +502,24 @@ def _job_status(
 
 
 def _armed_note(job: Job | None, now: dt.datetime, tz: ZoneInfo) -> str:
-    """What healthchecks.io does about a job that never ran, when the job pings its check."""
+    """What healthchecks.io does about a job that never ran, when the job pings a check: an
+    alert is promised only for the check sync_healthchecks arms, the one with the job's slug."""
     if job is None or not job.cron_expr or job.options.no_ping:
         return ""
     if not (job.options.ping or conf.ping_key()):
         return ""  # no pings: healthchecks.io hears nothing of the job
+    if job.options.ping:
+        from . import hcarm  # only here: it brings the API client (requests)
+
+        why = hcarm.elsewhere(job, conf.ping_url(), conf.ping_key())
+        if why is not None or hcarm.names_uuid(job.options.ping):
+            # sync makes and arms no check for it (a UUID: unless it is the slug's own), and
+            # the server never alerts on a check that was never pinged (`new`).
+            said = why or "pings the check its --ping UUID names"
+            return (
+                f"; it {said}: sync_healthchecks arms only the check with the job's slug, and "
+                "healthchecks.io never alerts on a check before its first ping"
+            )
     # The server's rule once a check is armed (ops/monitors/hcarm.py): the first fire time
     # after its last ping, plus the grace, in UTC.
     first = next_fire(job.cron_expr, now, tz).astimezone(dt.UTC)

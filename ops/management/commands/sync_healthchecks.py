@@ -75,6 +75,8 @@ class Command(BaseCommand):
                 tz=settings.TIME_ZONE,
                 channels=conf.channels(),
                 prune=prune,
+                ping_url=conf.ping_url(),
+                ping_key=conf.ping_key(),
             )
             for change in changes:
                 warning = hcarm.filter_warning(change.check or {})
