@@ -15,7 +15,7 @@ import pytest
 from werkzeug import Response
 
 from ops.monitors.redact import Redactor, known_secrets
-from ops.run.output import Tail
+from ops.run.output import Tail, Tee
 
 from .conftest import (
     DAILY,
@@ -87,6 +87,44 @@ def test_the_history_tail_never_starts_inside_a_character():
     tail.write("€".encode() * 20)  # 3 bytes each: the last 11 bytes start inside one
     text = tail.text()
     assert "\ufffd" not in text and text.endswith("€€€")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 29 item 11: the tail takes the two streams' chunks in the order their reader "
+    "threads read them, so another stream's output lands inside an unfinished line (a failure "
+    "body read `exiting with 7logical date ...`); to be fixed in ops/run/output.py (Tail keeps "
+    "each stream's unfinished line apart until its newline)",
+)
+def test_the_tail_never_puts_one_streams_output_inside_the_others_unfinished_line():
+    tail = Tail(100_000)
+    tee = Tee(tail)
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    tee.start(out_read, err_read)
+
+    def put(fd: int, data: bytes) -> None:
+        """Write `data` to a job's stream and wait until the tail has taken it in."""
+        before = tail.total
+        os.write(fd, data)
+        wait_until(lambda: tail.total >= before + len(data), f"the tail to take in {data!r}")
+
+    # A line begun on stderr (an unbuffered writer's `print` writes its pieces one by one),
+    # whole lines on stdout meanwhile, then the stderr line's end; a last line without newline.
+    put(err_write, b"CommandError: charge failed, exiting with 7")
+    put(out_write, b"logical date 2026-12-03\ncharged 12 subscriptions\n")
+    put(err_write, b"\n")
+    put(out_write, b"done")
+    os.close(out_write)
+    os.close(err_write)
+    tee.join(10)
+    assert tail.total == 97
+    assert tail.text().splitlines() == [
+        "logical date 2026-12-03",
+        "charged 12 subscriptions",
+        "CommandError: charge failed, exiting with 7",
+        "done",
+    ]
 
 
 @pytest.mark.parametrize("over", [1, 40, 5000])
