@@ -336,3 +336,23 @@ def test_resuming_with_the_read_only_api_key_is_exit_1_and_the_next_resume_does_
     assert "nightly is not paused" in again.stdout
     assert "healthchecks.io: resumed its check 'nightly' and armed it" in again.stdout
     assert check.status_at() == "up"
+
+
+def test_pausing_a_job_that_pings_its_slug_on_another_server_says_there_is_no_check_here(
+    sqlite_project, hc
+):
+    # sync makes no check here for such a job: before, job_pause looked for its slug here.
+    project = sqlite_project
+    project.add_command("t_ok", "print('ran')")
+    url = f"https://hc.example.com/ping/{PING_KEY}/nightly"
+    project.write_cron("t.cron", f"{DAILY}  --name=nightly --ping={url} t_ok\n")
+    project.write_env(
+        HEALTHCHECKS_PING_URL=hc.ping_url,
+        HEALTHCHECKS_PING_KEY=PING_KEY,
+        HEALTHCHECKS_API_URL=hc.api_url,
+        HEALTHCHECKS_API_KEY=API_KEY,
+    )
+    paused = ok(project.manage("job_pause", "nightly"))
+    assert paused.stdout.splitlines()[-1] == (
+        "healthchecks.io: its --ping URL is on another server: pause its check there"
+    )

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 from .. import conf
 from ..schedule.crontabd import Job
 from .hcapi import ApiError, HealthchecksAPI, check_uuid, read_only_listing
-from .hcarm import UUID, Arming, job_target
+from .hcarm import UUID, Arming, base_of, job_target
 
 # A pause is a person's command, and a lifted --until delays a job's start: short timeouts.
 TIMEOUT = (3.0, 8.0)
@@ -73,6 +73,8 @@ def locate(client: HealthchecksAPI, name: str, job: Job | None) -> tuple[dict | 
             return check, ""
         if target.key and target.key != conf.ping_key():
             return None, "its --ping URL holds another ping key: pause its check in that project"
+        if target.key and target.base != base_of(conf.ping_url()):
+            return None, "its --ping URL is on another server: pause its check there"
         slug = last if override else name
     elif not conf.ping_key():
         return None, "HEALTHCHECKS_PING_KEY is not set: the job pings no check"
