@@ -89,13 +89,6 @@ def test_the_history_tail_never_starts_inside_a_character():
     assert "\ufffd" not in text and text.endswith("€€€")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 29 item 11: the tail takes the two streams' chunks in the order their reader "
-    "threads read them, so another stream's output lands inside an unfinished line (a failure "
-    "body read `exiting with 7logical date ...`); to be fixed in ops/run/output.py (Tail keeps "
-    "each stream's unfinished line apart until its newline)",
-)
 def test_the_tail_never_puts_one_streams_output_inside_the_others_unfinished_line():
     tail = Tail(100_000)
     tee = Tee(tail)
@@ -117,7 +110,7 @@ def test_the_tail_never_puts_one_streams_output_inside_the_others_unfinished_lin
     put(out_write, b"done")
     os.close(out_write)
     os.close(err_write)
-    tee.join(10)
+    tee.finish(10)
     assert tail.total == 97
     assert tail.text().splitlines() == [
         "logical date 2026-12-03",

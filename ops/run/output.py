@@ -51,7 +51,13 @@ class Tail:
     With a `redactor`, the known secrets are replaced in what `bytes()` and `text()` give
     (never in what passes through). The buffer keeps `redactor.longest` bytes more than the
     limit, so that a secret straddling the cut is seen whole, replaced, and not kept in part.
-    Cuts fall on UTF-8 character boundaries."""
+    Cuts fall on UTF-8 character boundaries.
+
+    The job's stdout and stderr are written by two reader threads, in the order they read
+    them: each stream's unfinished line is kept apart until its newline, so that one stream's
+    output never lands inside a line of the other (`exiting with 7logical date ...`). Lines
+    are kept in the order they were finished; a line longer than the tail is taken as it
+    comes; what is still unfinished is shown last, one line per stream."""
 
     def __init__(self, limit: int, redactor=None):
         self.limit = limit
@@ -59,15 +65,33 @@ class Tail:
         self.margin = redactor.longest if redactor else 0
         self.total = 0
         self._buf = bytearray()
+        self._open: dict[int, bytearray] = {}  # per stream: its unfinished line
         self._lock = threading.Lock()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, stream: int = 0) -> None:
         keep = self.limit + self.margin
         with self._lock:
             self.total += len(data)
-            self._buf += data
+            line = self._open.setdefault(stream, bytearray())
+            line += data
+            end = line.rfind(b"\n") + 1
+            if end == 0:
+                if len(line) <= keep:
+                    return  # unfinished: kept apart until its newline
+                end = len(line)  # longer than the tail: taken as it comes
+            self._buf += line[:end]
+            del line[:end]
             if len(self._buf) > 2 * keep:
                 del self._buf[: len(self._buf) - keep]
+
+    def _window(self, size: int) -> tuple[_bytes, int]:
+        """(the last `size` bytes: the finished lines, then each stream's unfinished line on a
+        line of its own; how many of those bytes the job wrote, the added newlines not)."""
+        if not size:
+            return b"", 0
+        pending = [bytes(line) for line in self._open.values() if line]
+        data = bytes(self._buf[-size:]) + b"\n".join(pending)
+        return data[-size:], min(size, len(self._buf) + sum(map(len, pending)))
 
     def bytes(self, limit: int | None = None) -> bytes:
         """The last `limit` bytes (redacted), starting on a character boundary."""
@@ -77,8 +101,8 @@ class Tail:
         """(the last `limit` bytes, redacted; whether output before them was left out)."""
         limit = self.limit if limit is None else min(limit, self.limit)
         with self._lock:
-            window = bytes(self._buf[-(limit + self.margin) :]) if limit else b""
-            whole = self.total <= len(window)
+            window, written = self._window(limit + self.margin if limit else 0)
+            whole = self.total <= written
         # Where the kept part starts in the window: a secret beginning before it is dropped
         # whole (it ends inside the margin) or replaced whole (it crosses the start).
         drop = 0 if whole else max(0, len(window) - limit)
@@ -187,7 +211,7 @@ class Tee:
         # EPIPE for a problem of run_job's (a full spool, a full log).
         try:
             while chunk := _read(source):
-                self.tail.write(chunk)
+                self.tail.write(chunk, target)
                 if not self._spooled(chunk):
                     OUTBOX.put(target, chunk, self._count_loss, job=True)
         finally:
