@@ -18,7 +18,7 @@
 | ops.W004 | warning | OPS_CRONTAB_DIR does not exist: nothing is scheduled yet |
 | ops.W005 | warning | BASE_DIR has no manage.py, which every installed cron line runs |
 | ops.W006 | warning | a name in OPS_REDACT is neither a setting nor an environment variable |
-| ops.W010 | warning | TIME_ZONE is a legacy tzdata name (`US/Eastern`: the server stores another) |
+| ops.W010 | warning | TIME_ZONE is a legacy tzdata name (`US/Eastern`: a link) |
 
 A check whose setting is broken (E006, E007) skips what depends on it instead of failing on it.
 Whether the database has cronops' tables is not a system check (`migrate` runs the checks
@@ -250,10 +250,9 @@ def check_time_zone_name(app_configs=None, **kwargs):
         return []
     return [
         Warning(
-            f"TIME_ZONE {settings.TIME_ZONE!r} is a legacy name of {current!r}",
+            f"TIME_ZONE {settings.TIME_ZONE!r} is a legacy tzdata name of {current!r}",
             hint=f"set TIME_ZONE = {current!r} in your settings (or .env if they read it from "
-            "there): healthchecks.io stores the current name "
-            "(sync_healthchecks compares in that form), and tzdata may drop the old one",
+            f"there): tzdata keeps {settings.TIME_ZONE!r} only as a link, and may drop it",
             id="ops.W010",
         )
     ]

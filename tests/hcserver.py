@@ -32,10 +32,11 @@ It follows ../shared/FACTS.md ("healthchecks.io pinging API", "Management API v3
   (201 / 200); `POST /api/v3/checks/<uuid>` updates; `GET ?tag=` lists; `DELETE` removes;
   `POST .../pause` (`paused`, its open run dropped), `.../resume` (409 unless paused; a
   resumed check is `new` again, its last ping forgotten: never down until pinged);
-  `GET /api/v3/channels/`; `null` values 400; timeout and grace 60 ... 31,536,000; `tz` stored
-  under its current tzdata name (the links of tzdata's `backward` file, read from tzdata.zi,
-  not typed in here); `channels`: `*` every integration, `""` none, else ids or names (an
-  unknown one 400 `invalid channel identifier: X`, an empty one 400 `empty channel identifier`);
+  `GET /api/v3/channels/`; `null` values 400; timeout and grace 60 ... 31,536,000; `tz` renamed
+  by the server's own table as observed (`CET` → `Europe/Brussels`; tzdata links such as
+  `America/Montreal` kept as written: hcserver_api.SERVER_TZ_RENAMES); `channels`: `*` every
+  integration, `""` none, else ids or names (an unknown one 400 `invalid channel identifier:
+  X`, an empty one 400 `empty channel identifier`);
 - the read-only API key (`read_key`) lists checks and reads one, with `unique_key` instead of
   `uuid` and without `ping_url`, `update_url`, `pause_url`, `resume_url` and `channels`; every
   other call with it (writes, the channel list) answers 401 `wrong api key`.

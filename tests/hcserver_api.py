@@ -9,7 +9,6 @@ import json
 import re
 import uuid as uuidlib
 import zoneinfo
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cronsim import CronSim, CronSimError
@@ -25,30 +24,16 @@ CHANNEL_NAMES = {CHANNELS[0]: "ops-mail", CHANNELS[1]: "ops-chat"}
 MAX_SECONDS = 31_536_000
 
 
-def _tzdata_zi() -> Path:
-    for directory in zoneinfo.TZPATH:
-        if (Path(directory) / "tzdata.zi").is_file():
-            return Path(directory) / "tzdata.zi"
-    import importlib.resources
-
-    return Path(str(importlib.resources.files("tzdata.zoneinfo") / "tzdata.zi"))
-
-
-def legacy_zone_names() -> dict[str, str]:
-    """{legacy name: current name} from tzdata's links (`L TARGET LINK` in tzdata.zi).
-
-    The UTC and GMT aliases (`UTC`, `Etc/Universal`, `GMT` ...) link into Etc/: the server keeps
-    those as written, so they are left out."""
-    links = {}
-    for line in _tzdata_zi().read_text().splitlines():
-        if line.startswith("L "):
-            _, target, name = line.split()
-            if not target.startswith("Etc/"):
-                links[name] = target
-    return links
-
-
-LEGACY_TZ = legacy_zone_names()
+# The server renames a check's `tz` by a table of its own (hc/lib/tz.py), not by tzdata's links:
+# these are its renames as observed on the real server (../shared/FACTS.md, "healthchecks
+# server, as observed"); every other name, linked in tzdata or not (`America/Montreal`,
+# `Asia/Istanbul`), is stored as written.
+SERVER_TZ_RENAMES = {
+    "US/Eastern": "America/New_York",
+    "Europe/Kiev": "Europe/Kyiv",
+    "CET": "Europe/Brussels",
+    "EST": "America/Panama",
+}
 
 
 class ManagementAPI:
@@ -246,7 +231,7 @@ class ManagementAPI:
         elif "timeout" in body:
             check.kind, check.timeout = "simple", body["timeout"]
         if "tz" in body:
-            check.tz = LEGACY_TZ.get(body["tz"], body["tz"])
+            check.tz = SERVER_TZ_RENAMES.get(body["tz"], body["tz"])
         for key in (
             "name",
             "slug",

@@ -4,9 +4,11 @@ The stand-in follows the API's documented behaviour and the server as observed: 
 exactly 32 characters else 401 `missing api key`, a wrong key 401 `wrong api key`; upsert with
 `unique: ["slug"]` updates the first match (201 created / 200 updated); strict validation
 answers 400 with `json validation error: <field> ...` (nulls included); `channels` omitted
-leaves them alone, `*` assigns all; `tz` is stored under its current tzdata name.
+leaves them alone, `*` assigns all; `tz` is renamed by the server's own table (`CET` →
+`Europe/Brussels`), other names kept as written.
 """
 
+import datetime as dt
 import io
 import textwrap
 
@@ -330,34 +332,77 @@ def sync_with_stderr(*args):
 
 
 @pytest.mark.parametrize(
-    ("legacy", "current"),
+    ("zone", "stored"),
     [
+        ("CET", "Europe/Brussels"),  # a zone of its own in Debian's tzdata, renamed by the server
+        ("EST", "America/Panama"),
         ("US/Eastern", "America/New_York"),
         ("Europe/Kiev", "Europe/Kyiv"),
-        ("Asia/Calcutta", "Asia/Kolkata"),
     ],
 )
-def test_a_legacy_time_zone_is_compared_as_the_server_stores_it(
-    hc, configured, settings, legacy, current
+def test_a_time_zone_the_server_renames_settles_after_the_first_sync(
+    hc, configured, settings, zone, stored
 ):
-    settings.TIME_ZONE = legacy
+    settings.TIME_ZONE = zone
     code, _, err, _ = sync_with_stderr()
     assert code == 0
-    assert hc.by_slug("charge_daily")["tz"] == current
-    # (The jobs send no pings here: no ping key, and sync says so too.)
+    assert hc.by_slug("charge_daily")["tz"] == stored
+    # What the server did, said once it has: not a guess made before.
     assert [line for line in err.splitlines() if "TIME_ZONE" in line] == [
-        f"warning: TIME_ZONE {legacy!r} is a legacy name of {current!r}; healthchecks.io "
-        f"stores {current!r} (set TIME_ZONE to it in your settings, "
-        "or .env if they read it from there)"
+        f"note: healthchecks.io stores TIME_ZONE {zone!r} as {stored!r}, a zone with the same "
+        "rules: later syncs leave it as it is"
     ]
     writes = len(hc.writes())
-    code, out, _, _ = sync_with_stderr()
+    code, out, err, _ = sync_with_stderr()
     assert code == 0
     assert out.strip() == "healthchecks.io: nothing to change (4 checks up to date)"
+    assert "TIME_ZONE" not in err
     assert len(hc.writes()) == writes
-    # A check stored under the legacy name by an older sync is the same zone, too.
-    hc.by_slug("tick")["tz"] = legacy
+    # A check stored under the name as written (a server that does not rename it) is the
+    # same zone too.
+    hc.by_slug("tick")["tz"] = zone
     assert sync_with_stderr()[1].strip().startswith("healthchecks.io: nothing to change")
+
+
+@pytest.mark.parametrize("zone", ["America/Montreal", "Asia/Istanbul", "Asia/Calcutta"])
+def test_a_linked_name_the_server_keeps_is_stored_as_written_and_settles(
+    hc, configured, settings, zone
+):
+    """tzdata links these to other names, but the server's table does not rename them:
+    nothing may claim that it stores another name."""
+    settings.TIME_ZONE = zone
+    code, _, err, _ = sync_with_stderr()
+    assert code == 0
+    assert hc.by_slug("charge_daily")["tz"] == zone
+    assert "TIME_ZONE" not in err, err
+    writes = len(hc.writes())
+    code, out, _, _ = sync_with_stderr()
+    assert out.strip() == "healthchecks.io: nothing to change (4 checks up to date)"
+    assert len(hc.writes()) == writes
+
+
+def test_a_check_whose_zone_has_other_rules_is_updated(hc, configured, settings):
+    settings.TIME_ZONE = "Europe/Paris"
+    sync_with_stderr()
+    hc.by_slug("charge_daily")["tz"] = "Europe/London"  # an hour apart, all year
+    code, out, _, _ = sync_with_stderr()
+    assert code == 0
+    assert "updated      charge_daily: tz 'Europe/London' → 'Europe/Paris'" in out
+    assert hc.by_slug("charge_daily")["tz"] == "Europe/Paris"
+
+
+def test_zones_are_the_same_when_they_tell_the_same_time_all_the_coming_year():
+    from ops.schedule.tznames import same_rules
+
+    now = dt.datetime(2026, 12, 3, 12, tzinfo=dt.UTC)
+    assert same_rules("CET", "Europe/Brussels", now=now)
+    assert same_rules("America/Montreal", "America/Toronto", now=now)
+    assert same_rules("UTC", "Etc/UTC", now=now)
+    assert not same_rules("Europe/Paris", "Europe/London", now=now)
+    # One DST rule apart: the same offsets in winter, not in summer.
+    assert not same_rules("Europe/Berlin", "Africa/Lagos", now=now)
+    assert not same_rules("Europe/Paris", "Not/A_Zone", now=now)
+    assert not same_rules("Europe/Paris", None, now=now)
 
 
 def test_the_system_check_warns_about_a_legacy_time_zone_name(settings):
@@ -366,9 +411,10 @@ def test_the_system_check_warns_about_a_legacy_time_zone_name(settings):
     settings.TIME_ZONE = "Europe/Kiev"
     [warning] = check_time_zone_name()
     assert warning.id == "ops.W010"
-    assert warning.msg == "TIME_ZONE 'Europe/Kiev' is a legacy name of 'Europe/Kyiv'"
+    assert warning.msg == "TIME_ZONE 'Europe/Kiev' is a legacy tzdata name of 'Europe/Kyiv'"
     assert "TIME_ZONE = 'Europe/Kyiv' in your settings" in warning.hint
-    settings.TIME_ZONE = "UTC"  # an alias of Etc/UTC, kept as written by the server
+    assert "healthchecks" not in warning.hint  # the server's own table decides what it stores
+    settings.TIME_ZONE = "UTC"  # an alias of Etc/UTC
     assert check_time_zone_name() == []
 
 

@@ -30,6 +30,7 @@ Two checks sharing a job's slug are reported (the API's upsert would update the 
 get 409); nothing is changed for that slug.
 """
 
+import datetime as dt
 import re
 import urllib.parse
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from .. import conf
 from ..schedule.crontabd import Job, Schedule
 from ..schedule.durations import format_duration
-from ..schedule.tznames import current_name, same_zone
+from ..schedule.tznames import same_rules
 from .hcapi import ApiError, HealthchecksAPI, check_uuid
 from .hcarm import elsewhere, names_uuid
 from .status import grace_seconds
@@ -80,15 +81,17 @@ def is_ours(check: dict, tag: str) -> bool:
     )
 
 
-def legacy_tz_warning(tz: str) -> str | None:
-    current = current_name(tz)
-    if current is None:
-        return None
-    return (
-        f"warning: TIME_ZONE {tz!r} is a legacy name of {current!r}; healthchecks.io stores "
-        f"{current!r} (set TIME_ZONE to it in your settings, "
-        "or .env if they read it from there)"
-    )
+def stored_tz_note(changes: list["Change"]) -> str | None:
+    """What the server did with TIME_ZONE, once a write showed it stores another name for it
+    (its own table: `CET` as `Europe/Brussels`), or None."""
+    for change in changes:
+        sent, stored = change.spec.get("tz"), (change.check or {}).get("tz")
+        if change.action in ("create", "update") and sent and stored and stored != sent:
+            return (
+                f"note: healthchecks.io stores TIME_ZONE {sent!r} as {stored!r}, a zone with "
+                "the same rules: later syncs leave it as it is"
+            )
+    return None
 
 
 def desired_spec(job: Job, *, tz: str, tag: str) -> dict:
@@ -102,9 +105,8 @@ def desired_spec(job: Job, *, tz: str, tag: str) -> dict:
     }
     if job.cron_expr:
         spec["schedule"] = job.cron_expr
-        # As written: the server stores it under its own tzdata's current name, and `diff`
-        # compares zones by what they link to, so where this host's tzdata and the server's
-        # disagree on a link (a build with or without backzone) nothing is sent twice.
+        # As written: the server may store another name for it (its own table), and
+        # `diff_check` compares zones by their rules, so nothing is sent twice.
         spec["tz"] = tz
     else:
         spec["timeout"] = REBOOT_TIMEOUT
@@ -142,15 +144,15 @@ def _merge_tags(existing: str, tag: str) -> str:
     return " ".join(words if tag in words else [*words, tag])
 
 
-def diff_check(spec: dict, check: dict) -> list[str]:
+def diff_check(spec: dict, check: dict, *, now: dt.datetime) -> list[str]:
     """What an upsert of `spec` would change on `check`, as `key: old → new` lines."""
     changes = []
     for key in COMPARED:
         if key not in spec:
             continue
         old, new = check.get(key), spec[key]
-        if key == "tz" and same_zone(old, new):
-            continue  # `US/Eastern` here, `America/New_York` on the server: the same zone
+        if key == "tz" and same_rules(old, new, now=now):
+            continue  # `CET` here, `Europe/Brussels` on the server: alerts at the same times
         if old != new:
             changes.append(f"{key} {_show(key, old)} → {_show(key, new)}")
     return changes
@@ -180,8 +182,9 @@ def plan(
     prune: bool,
     ping_url: str,
     ping_key: str,
+    now: dt.datetime,
 ) -> list[Change]:
-    """The changes that make healthchecks.io match crontab.d.
+    """The changes that make healthchecks.io match crontab.d (zones compared as of `now`).
 
     `checks` are every check of the healthchecks project: a job's slug may belong to an
     untagged check (e.g. one auto-created by `?create=1`), which is adopted and keeps its name
@@ -225,7 +228,7 @@ def plan(
         current = matches[0]
         del spec["name"]  # set on create only: a rename in the web UI stays
         spec["tags"] = _merge_tags(current.get("tags") or "", tag)
-        diff = diff_check(spec, current)
+        diff = diff_check(spec, current, now=now)
         action = "update" if diff else "unchanged"
         changes.append(Change(action, job.name, spec, diff, check_uuid(current), current, job))
     for slug in sorted(by_slug):

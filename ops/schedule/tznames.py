@@ -1,12 +1,18 @@
-"""Time zone names as healthchecks.io stores them: the current tzdata name, not a legacy one.
+"""Time zone names: tzdata's legacy names, and whether two names tell the same time.
 
 tzdata keeps old names (`US/Eastern`, `Europe/Kiev`, `Asia/Calcutta`) as links to the current
-ones (its `backward` file); the healthchecks server stores a check's `tz` under the current
-name. The links are read from tzdata's own `tzdata.zi` (the system's zoneinfo, else the
-`tzdata` package), never typed in here. The UTC and GMT aliases (`UTC`, `Etc/Universal`...)
-are not treated as legacy: they link into `Etc/`, and the server keeps them as written.
+ones (its `backward` file). The links are read from tzdata's own `tzdata.zi` (the system's
+zoneinfo, else the `tzdata` package), never typed in here. The UTC and GMT aliases (`UTC`,
+`Etc/Universal`...) are not treated as legacy: they link into `Etc/`.
+
+The healthchecks server renames a check's `tz` by a table of its own, not by tzdata's links
+(`CET` is stored as `Europe/Brussels`, `America/Montreal` as written), and the table differs
+between its versions. So sync_healthchecks does not predict the name the server stores: it
+compares zones by their rules (`same_rules`: the same UTC offset at every moment of the coming
+year, which is what decides when a check alerts) and says what the server stored once it has.
 """
 
+import datetime as dt
 import functools
 import zoneinfo
 from pathlib import Path
@@ -48,14 +54,33 @@ def canonical(name: str) -> str:
     return name
 
 
-def same_zone(a: str | None, b: str | None) -> bool:
-    if not a or not b:
+RULES_SPAN = 366 * 86400  # seconds ahead over which two zones must agree
+RULES_STEP = 900  # every quarter of an hour: tzdata's transitions fall on one
+
+
+def same_rules(a: str | None, b: str | None, *, now: dt.datetime) -> bool:
+    """Whether zones `a` and `b` give the same UTC offset at every moment of the year from
+    `now` (a check in either alerts at the same instants); names that are not zones differ."""
+    if not a or not b or a == b:
         return a == b
-    return a == b or canonical(a) == canonical(b)
+    if canonical(a) == canonical(b):
+        return True
+    start = int(now.timestamp()) // RULES_STEP * RULES_STEP
+    return _offsets(a, start) == _offsets(b, start) != ()
+
+
+@functools.cache
+def _offsets(name: str, start: int) -> tuple[dt.timedelta | None, ...]:
+    try:
+        zone = zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return ()
+    at = dt.datetime.fromtimestamp
+    return tuple(at(t, zone).utcoffset() for t in range(start, start + RULES_SPAN, RULES_STEP))
 
 
 def current_name(name: str) -> str | None:
-    """The current name when `name` is a legacy one (`US/Eastern` → `America/New_York`)."""
+    """tzdata's current name when `name` is a legacy one (`US/Eastern` → `America/New_York`)."""
     target = canonical(name)
     if target == name or target.startswith("Etc/") or name.startswith("Etc/"):
         return None

@@ -56,9 +56,6 @@ class Command(BaseCommand):
                 "crontab.d has no jobs: refusing to --prune every check of the project",
                 returncode=EXIT_USAGE,
             )
-        warning = hcsync.legacy_tz_warning(settings.TIME_ZONE)
-        if warning and any(job.cron_expr for job in schedule.jobs):
-            self.stderr.write(warning)  # stderr: stdout's "nothing to change" stays true
         api = HealthchecksAPI(conf.api_url(), conf.api_key())
         try:
             # Every check of the project, once: duplicates and untagged checks with a job's
@@ -77,6 +74,7 @@ class Command(BaseCommand):
                 prune=prune,
                 ping_url=conf.ping_url(),
                 ping_key=conf.ping_key(),
+                now=timezone.now(),
             )
             for change in changes:
                 warning = hcarm.filter_warning(change.check or {})
@@ -100,6 +98,8 @@ class Command(BaseCommand):
                 self._arm(change, arming, refused, dry_run=True)
         for why, names in refused.items():
             self.stderr.write(not_armed(why, names))
+        if note := hcsync.stored_tz_note(changes):
+            self.stderr.write(note)  # stderr: stdout's "nothing to change" stays true
         self.stdout.write(hcsync.summary(changes, dry_run))
         shared = [c.slug for c in changes if c.action == "duplicate"]
         if shared:
