@@ -251,8 +251,10 @@ class Tee:
 
     def settle(self) -> None:
         """Wait (until finish's deadline) for what is queued to be written, so that a loss (a
-        full disk under the log) is known before the outcome is recorded."""
-        OUTBOX.flush(self.deadline)
+        full disk under the log) is known before the outcome is recorded. Without a deadline
+        (the job never ran) there is nothing of the job's to wait for."""
+        if self.deadline is not None:
+            OUTBOX.flush(self.deadline)
 
     def _count_loss(self, lost: int, reason: str) -> None:
         if lost:

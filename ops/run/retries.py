@@ -169,7 +169,7 @@ def next_attempt(
     return following, wait
 
 
-def wait_to_retry(runner: "Runner", run: JobRun, seconds: float) -> Ended | None:
+def wait_to_retry(runner: "Runner", seconds: float) -> Ended | None:
     """The backoff before the next attempt (the claim heartbeats meanwhile); None when it
     passed, else how the run ends instead (a signal, the claim taken over)."""
     deadline = time.monotonic() + seconds

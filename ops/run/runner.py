@@ -301,7 +301,7 @@ class Runner:
                 break
             tee.close()  # a retried attempt's output is in its history row (and was printed)
             run, wait = following
-            waited = retries.wait_to_retry(self, run, wait)
+            waited = retries.wait_to_retry(self, wait)
             if waited is not None:  # a signal, or the claim lost: the next attempt never starts
                 tee = Tee(Tail(TAIL_BYTES, redactor=self.redactor), quiet=bool(self.opts.quiet))
                 ended, duration = waited, 0.0
