@@ -332,7 +332,7 @@ def test_a_reader_that_never_reads_holds_neither_the_record_nor_the_heartbeat(pr
     """`run_job --timeout=3s <2 MB of output> 2>&1 | sleep 25`: the timeout fires, and the
     outcome is recorded and the claim released within timeout + kill-after + 2 s while run_job
     still cannot write a byte more; until then the claim's heartbeat never goes stale."""
-    heartbeat = 1.0
+    heartbeat = 2.0  # stale after 6 s: the run's end takes 2 s (the output's bound) past 3 s
     project.write_env(OPS_HEARTBEAT_SECONDS=heartbeat)
     project.add_command(
         "t_flood", "sys.stdout.write('x' * 2_000_000 + '\\n'); sys.stdout.flush(); time.sleep(60)"
@@ -400,3 +400,56 @@ def test_a_reader_that_stops_reading_neither_slows_the_job_nor_loses_its_output(
         proc.wait(60)
     assert proc.returncode == 0
     assert received == b"x" * size + b"\n"
+
+
+def _spill_sizes(pid: int) -> list[int]:
+    """Sizes of the deleted temporary files process `pid` holds open (run_job's spills), but
+    on its standard descriptors (pytest's capture of stderr is one)."""
+    sizes = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        if int(fd) <= 2:
+            continue
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith("(deleted)"):
+                sizes.append(os.stat(f"/proc/{pid}/fd/{fd}").st_size)
+        except OSError:
+            continue
+    return sizes
+
+
+def test_what_a_stalled_reader_leaves_is_bounded_and_then_the_job_waits_for_it(sqlite_project):
+    """Past 256 KiB in memory and 32 MiB in a temporary file, the job's output waits for the
+    reader as a plain command's would: a job printing 200 MB into a reader that never reads
+    runs into its timeout, and run_job's memory and temporary file stay bounded."""
+    from ops.run.outbox import CHUNK, SPILL_MAX
+
+    project = sqlite_project
+    project.add_command(
+        "t_flood", "chunk = 'x' * (1 << 20)\nfor _ in range(200):\n    sys.stdout.write(chunk)"
+    )
+    project.write_cron("t.cron", f"{DAILY} --no-ping --timeout=5s t_flood\n")
+    reader, writer = os.pipe()
+    proc = subprocess.Popen(
+        project.command("run_job", "t_flood"), cwd=project.dir, env=base_env(), stdout=writer
+    )
+    os.close(writer)
+    try:
+
+        def outcome():
+            rows = project.db.query("SELECT outcome, exit_code FROM ops_jobrun")
+            return rows and rows[0][0] != "running" and rows[0]
+
+        assert wait_until(outcome, "the run's record", timeout=60) == ("timed_out", 124)
+        assert proc.poll() is None
+        [spill] = _spill_sizes(proc.pid)
+        assert SPILL_MAX - CHUNK <= spill <= SPILL_MAX
+        rss = next(
+            int(line.split()[1])
+            for line in open(f"/proc/{proc.pid}/status")
+            if line.startswith("VmRSS:")
+        )
+        assert rss < 120 * 1024, f"run_job holds {rss} KiB"
+    finally:
+        os.close(reader)
+        proc.wait(60)
+    assert proc.returncode == 124

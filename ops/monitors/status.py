@@ -512,13 +512,21 @@ def _armed_note(job: Job | None, now: dt.datetime, tz: ZoneInfo) -> str:
         from . import hcarm  # only here: it brings the API client (requests)
 
         why = hcarm.elsewhere(job, conf.ping_url(), conf.ping_key())
-        if why is not None or hcarm.names_uuid(job.options.ping):
-            # sync makes and arms no check for it (a UUID: unless it is the slug's own), and
-            # the server never alerts on a check that was never pinged (`new`).
-            said = why or "pings the check its --ping UUID names"
+        if why is not None:
+            # sync makes and arms no check for it, and the server never alerts on a check that
+            # was never pinged (`new`).
             return (
-                f"; it {said}: sync_healthchecks arms only the check with the job's slug, and "
+                f"; it {why}: sync_healthchecks arms only the check with the job's slug, and "
                 "healthchecks.io never alerts on a check before its first ping"
+            )
+        if hcarm.names_uuid(job.options.ping):
+            # Whether the UUID is the slug's own check only the API can tell (sync arms it
+            # then); job_status makes no request.
+            return (
+                "; it pings the check its --ping UUID names, which alerts on a slot that passes "
+                "without a run only once armed: sync_healthchecks arms it when it is the check "
+                "with the job's slug, and healthchecks.io never alerts on a check before its "
+                "first ping"
             )
     # The server's rule once a check is armed (ops/monitors/hcarm.py): the first fire time
     # after its last ping, plus the grace, in UTC.

@@ -441,9 +441,7 @@ def heartbeat(run: JobRun, now: dt.datetime) -> int:
     """Refresh the claim's heartbeat; 0 when the claim is no longer this run's. By the claim's
     version (a take makes a new one), not by the attempt: --retries moves the claim from one
     attempt's row to the next under the same version while the heartbeat goes on."""
-    version = getattr(run, "claim_version", None)
-    if version is None:
-        return _ours(run).update(heartbeat_at=now)
+    version = run.claim_version  # set by claim(), kept by pass_on()
     held = SlotClaim.objects.filter(job=run.job, slot=run.slot, version=version, pid=run.pid)
     return held.update(heartbeat_at=now)
 

@@ -5,8 +5,9 @@ A claim is alive while its heartbeat is fresh; another server takes a claim over
 phase of the run: it beats through the wait for the upstream (--after), the job, the end of
 the job's leftovers, the end of its output, the waits between retries and the writing of the
 record, whatever each of them costs. It stops once the outcome is on the claim (or the run
-gives the claim up). It pauses only across the fork of the job (milliseconds: the child then
-inherits no thread's half-done work); its next beat comes one interval after its last one.
+gives the claim up). It pauses only across the fork of the job, so that the child inherits no
+thread's half-done work: the fork's own milliseconds, after a beat in progress has ended (at
+most JOIN_SECONDS); its next beat comes one interval after its last one.
 
 A beat that finds the claim no longer ours (another run took it over while this one was frozen
 or cut off from the database) says so once and calls `on_lost` with the note. The thread runs
@@ -38,6 +39,7 @@ class ClaimKeeper:
         self.interval = interval
         self.on_lost = on_lost
         self.lost: str | None = None  # why the claim is no longer ours, once a beat found it
+        self._recording = False  # the outcome is being written: the record says what it finds
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._last = time.monotonic()  # the claim's heartbeat was written as it was taken
@@ -49,6 +51,11 @@ class ClaimKeeper:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def recording(self) -> None:
+        """The outcome is being written onto the claim: beats go on, but a claim found taken
+        over is for the record to report (it sees it too), not for a beat to stop the run."""
+        self._recording = True
 
     def stop(self) -> None:
         """The outcome is on the claim (or the run gave it up): no more beats."""
@@ -77,8 +84,9 @@ class ClaimKeeper:
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()
-            # A beat stuck in the database (a partition) is left to end on its own: it stops
-            # at its next look at its event, and another thread never beats beside it.
+            # A beat stuck in the database (a partition) is left to end on its own: it writes
+            # nothing more once it sees its event set (a resumed keeper's new thread may beat
+            # meanwhile: the same UPDATE, twice).
             thread.join(JOIN_SECONDS)
 
     def _beat(self, stop: threading.Event) -> None:
@@ -86,8 +94,11 @@ class ClaimKeeper:
         try:
             while not stop.wait(max(0.0, self._last + self.interval - time.monotonic())):
                 self._last = time.monotonic()
+                note = None
                 try:
                     owned = claims.heartbeat(self.run, timezone.now())
+                    if not owned and not stop.is_set() and not self._recording:
+                        note = taken_over_note(self.run)
                 except DatabaseError as exc:
                     if not failing:  # once per outage, not once per beat
                         say(f"job {self.run.job}: heartbeat failed: {one_line(exc)}", sys.stderr)
@@ -95,8 +106,8 @@ class ClaimKeeper:
                     connection.close()  # the next beat connects afresh (Django would not)
                     continue
                 failing = False
-                if not owned and not stop.is_set():
-                    self.lost = note = taken_over_note(self.run)
+                if note is not None:
+                    self.lost = note
                     say(f"job {self.run.job}: {note}; stopping this run", sys.stderr)
                     self.on_lost(note)
                     return

@@ -1,8 +1,9 @@
 """The job's output: passed through, kept as a bounded tail, and run_job's own log.
 
 The job runs in a child process whose stdout and stderr are pipes (ops/run/supervisor.py). A
-reader thread per stream copies the bytes to run_job's own descriptor 1 or 2 (cron's mail, or
-`--log`) and into a ring buffer, so memory stays bounded whatever the job prints. With
+reader thread per stream hands the bytes to run_job's writer for its own descriptor 1 or 2
+(cron's mail, or `--log`; ops/run/outbox.py) and keeps them in a ring buffer, so memory stays
+bounded whatever the job prints. With
 `quiet`, output is spooled to a temporary file (disk, not memory) and printed only when the
 job fails, like `chronic`. Whatever the job does to its own descriptors, run_job's stay its own.
 """
@@ -90,7 +91,9 @@ class Tail:
         if not size:
             return b"", 0
         pending = [bytes(line) for line in self._open.values() if line]
-        data = bytes(self._buf[-size:]) + b"\n".join(pending)
+        # After a line longer than the tail, taken unfinished, what is pending starts anew.
+        apart = b"\n" if pending and self._buf and not self._buf.endswith(b"\n") else b""
+        data = bytes(self._buf[-size:]) + apart + b"\n".join(pending)
         return data[-size:], min(size, len(self._buf) + sum(map(len, pending)))
 
     def bytes(self, limit: int | None = None) -> bytes:
@@ -135,7 +138,8 @@ def write_fd(fd: int, text: str) -> None:
     """Queue `text` for descriptor `fd` (ops/run/outbox.py): never waits on its reader, never
     raises."""
     _flush()
-    OUTBOX.put(fd, text.encode("utf-8", "backslashreplace"))
+    with contextlib.suppress(Exception):
+        OUTBOX.put(fd, text.encode("utf-8", "backslashreplace"))
 
 
 def _flush_or_drop(stream, fd: int) -> None:
@@ -188,10 +192,8 @@ class Tee:
         self._replayed = False  # the spool is the writer's now
         self._spool_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._loss_lock = threading.Lock()
         self.deadline: float | None = None  # when the output stops holding the run up (finish)
-        self.lost = 0  # bytes of output that could not be passed through
-        self.lost_reason = ""
+        self._lost_before = OUTBOX.lost  # what run_job had failed to write before this run
         self.spool_problem = ""
 
     def start(self, stdout: int, stderr: int) -> None:
@@ -213,7 +215,7 @@ class Tee:
             while chunk := _read(source):
                 self.tail.write(chunk, target)
                 if not self._spooled(chunk):
-                    OUTBOX.put(target, chunk, self._count_loss, job=True)
+                    OUTBOX.put(target, chunk, job=True)
         finally:
             os.close(source)
 
@@ -256,18 +258,19 @@ class Tee:
         if self.deadline is not None:
             OUTBOX.flush(self.deadline)
 
-    def _count_loss(self, lost: int, reason: str) -> None:
-        if lost:
-            with self._loss_lock:
-                self.lost += lost
-                self.lost_reason = self.lost_reason or reason
+    @property
+    def lost(self) -> int:
+        """Bytes of output that could not be written since this run began (run_job's own
+        lines among them: they share the log)."""
+        return OUTBOX.lost - self._lost_before
 
     def loss_note(self) -> str:
         """One line about output that never reached the log, or ""."""
         if not self.lost:
             return ""
         return (
-            f"output lost: {self.lost} of {self.tail.total} bytes not written ({self.lost_reason})"
+            f"output lost: {self.lost} of {self.tail.total} bytes not written "
+            f"({OUTBOX.lost_reason})"
         )
 
     def replay(self) -> None:
@@ -279,7 +282,7 @@ class Tee:
                 return  # it failed: what came after it passed through already
             with contextlib.suppress(OSError):
                 self._spool.flush()
-            OUTBOX.put_file(1, self._spool, self._count_loss)
+            OUTBOX.put_file(1, self._spool)
             self._replayed = True
 
     def close(self) -> None:

@@ -318,6 +318,7 @@ class Runner:
         held = claims.held_claim(run)
         before = frozenset(descendants.children_of(os.getpid()))  # not the job's: never ended
         assert self.keeper is not None
+        OUTBOX.quiesce()  # the child then inherits one thread, usually (supervisor.fork_job)
         try:
             with self.keeper.paused():
                 child = fork_job(
@@ -401,6 +402,8 @@ class Runner:
             if not ended_by_us and (not self.opts.quiet or exit_code):
                 say(f"job {self.plan.name}: {said}", self.stderr if exit_code else self.stdout)
         note = self.redactor.text(note)  # an error line may quote a secret
+        if self.keeper is not None:
+            self.keeper.recording()  # beats go on; a takeover now is the record's to report
         lost = self.record(run, outcome, exit_code, duration, note, tail)
         if self.keeper is not None:
             self.keeper.stop()  # the outcome is on the claim (or could not be written)

@@ -32,13 +32,11 @@ from ..models import Outcome
 from ..schedule.options import DEFAULT_KILL_AFTER
 from . import child as job_child
 from . import descendants
-from .outbox import OUTBOX
 from .signals import Signals, send
 
 EXIT_SKIPPED = 75
 EXIT_TIMEOUT = 124
 _POLL = 0.05  # without a pidfd (kernels before 5.3) the parent polls the child this often
-QUIESCE_SECONDS = 1.0  # at most this long for run_job's own writes to end before a fork
 
 
 @dataclass
@@ -72,10 +70,12 @@ def fork_job(
     """Fork the command's child process (ops/run/child.py) and return its handle; None when a
     signal that ends the run came first (the job never starts).
 
-    Called with the heartbeat paused (ClaimKeeper.paused) and, but for a writer of run_job's
-    output still waiting on a reader that stopped reading (ops/run/outbox.py: it holds no lock
-    the child takes), no other thread of run_job alive: what the child inherits is this
-    thread's state, and no other thread can be inside a lock the child would wait on forever.
+    Called with the heartbeat paused (ClaimKeeper.paused) and run_job's idle output writers
+    ended (Outbox.quiesce): usually no other thread of run_job is alive, and what the child
+    inherits is this thread's state. Those that may be (a writer waiting on a reader that
+    stopped reading, an earlier attempt's start ping still unanswered or output reader held by
+    a leftover) hold no lock the child takes: its output queue is new (ops/run/outbox.py), and
+    it never pings or reads run_job's pipes.
     `not_inherited`: run_job's own descriptors (its lock, its wake-up pipe), closed in the
     child, so that the job can neither unlock the job's lock nor wake run_job."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, Signals.ENDING)
@@ -89,7 +89,6 @@ def fork_job(
     for stream in (sys.stdout, sys.stderr):  # what is buffered is written once, by us
         with contextlib.suppress(Exception):
             stream.flush()
-    OUTBOX.quiesce(QUIESCE_SECONDS)
     # The child must never use (nor close) the connection of the parent: a PostgreSQL
     # connection closed there would end the parent's session. Both reconnect lazily.
     connections.close_all()
