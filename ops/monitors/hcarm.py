@@ -135,13 +135,13 @@ def elsewhere(job: Job, ping_url: str, ping_key: str) -> str | None:
     if names_uuid(override):
         return None
     # A slug ping URL (crontabd accepts a UUID or an http(s) URL): .../<ping key>/<slug>
-    parsed = urllib.parse.urlsplit(override)
-    parts = parsed.path.rstrip("/").split("/")
-    if parts[-1] != job.name:
+    target = job_target(job, ping_url, ping_key)
+    assert target is not None  # a --ping URL, and pings on
+    if urllib.parse.urlsplit(override).path.rstrip("/").rsplit("/", 1)[-1] != job.name:
         return "pings another check (--ping)"
-    if base_of(parsed._replace(path="/".join(parts[:-2])).geturl()) != base_of(ping_url):
+    if target.base != base_of(ping_url):
         return f"pings another server (its --ping URL is not under {base_of(ping_url)})"
-    if ping_key and parts[-2:-1] != [ping_key]:
+    if ping_key and target.key != ping_key:
         return "pings a check of another project (its --ping URL holds another ping key)"
     return None
 

@@ -11,11 +11,8 @@ compared as the days cron fires on, not as text: `mon-fri` is `1-5`, `0` is `7`,
 """
 
 import calendar
-import datetime as dt
 import functools
 from typing import TYPE_CHECKING
-
-from cronsim import CronSim
 
 from .slots import once_a_day
 
@@ -105,22 +102,26 @@ def _a_day_missed(days: str, their_days: str) -> str:
 
 def _fire_days(fields: str) -> dict[tuple[int, int], frozenset[int]]:
     """{(month, day of month): the weekdays (0 = Sunday) it fires on} for day fields `fields`
-    (day of month, month, day of week), as cronsim reads them: with cron's rule that when both
-    day fields are restricted (neither starts with `*`) a day matching either fires. Every
-    (month, day, weekday) comes round in the calendar (29 February too, within 28 years), so
-    these are the days themselves."""
-    sim = CronSim(f"0 0 {fields}", dt.datetime(2000, 1, 1))
-    weekdays = frozenset(w for w in range(7) if w in sim.weekdays or (w == 0 and 7 in sim.weekdays))
+    (day of month, month, day of week), by Debian cron's rule (crontabd.validate_schedule):
+    when either day field starts with `*` a day must match both, else either. Every (month,
+    day, weekday) comes round in the calendar (29 February too, within 28 years), so these are
+    the days themselves."""
+    from .crontabd import _field_values  # crontabd imports this module
+
+    dom, month, dow = fields.split()
+    days, months = _field_values(dom, 2), _field_values(month, 3)
+    weekdays = frozenset(w % 7 for w in _field_values(dow, 4))  # 7 is Sunday too
+    both = dom.startswith("*") or dow.startswith("*")
     every = frozenset(range(7))
     fired: dict[tuple[int, int], frozenset[int]] = {}
-    for month in sorted(sim.months):
-        for day in range(1, calendar.monthrange(2000, month)[1] + 1):  # 2000: 29 February
-            if sim.day_and:
-                on = weekdays if day in sim.days else frozenset()
+    for m in sorted(months):
+        for day in range(1, calendar.monthrange(2000, m)[1] + 1):  # 2000: 29 February
+            if both:
+                on = weekdays if day in days else frozenset()
             else:
-                on = every if day in sim.days else weekdays
+                on = every if day in days else weekdays
             if on:
-                fired[month, day] = on
+                fired[m, day] = on
     return fired
 
 
