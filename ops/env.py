@@ -26,12 +26,17 @@ go on with it (a garbled DATABASE_URL line would otherwise run jobs against anot
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
+import stat
 
 # What load_env could not load, one line each: "<path>:<line>: <why>" (or "<path>: <why>").
 problems: list[str] = []
+
+
+ENV_MAX = 1 << 20  # bytes: a .env is a few lines; more is a mistake (a link to /dev/zero)
 
 
 class Unreadable(str):
@@ -46,8 +51,7 @@ def load_env(path: str | os.PathLike[str]) -> bool:
     """Put the variables of the dotenv file `path` into os.environ, without overriding any
     already set; True when the file holds at least one variable. Problems go to `problems`."""
     try:
-        with open(path, "rb") as file:
-            data = file.read()
+        data = _read_regular_file(path)
     except FileNotFoundError:
         try:  # open() followed a link to nothing: not "no file"
             target = os.readlink(path)
@@ -92,3 +96,21 @@ def load_env(path: str | os.PathLike[str]) -> bool:
     for key, value in values.items():  # then the real environment wins over the file
         os.environ.setdefault(key, value)
     return bool(values)
+
+
+def _read_regular_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of `path`, a regular file of at most ENV_MAX bytes; OSError otherwise. Opened
+    without blocking: a FIFO named .env (or a link to one) would hang every command."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if info.st_size > ENV_MAX:
+            raise OSError(errno.EFBIG, f"larger than {ENV_MAX} bytes")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read(ENV_MAX + 1)[:ENV_MAX]
+    finally:
+        os.close(fd)

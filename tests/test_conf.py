@@ -277,3 +277,24 @@ def test_run_job_with_a_ping_url_with_a_query_exits_2_and_pings_nothing(
     assert "has a query or fragment" in result.stderr and len(result.stderr.splitlines()) == 1
     assert project.db.runs() == []
     assert ping_server.log == []
+
+
+@pytest.mark.timeout(20)
+def test_load_env_refuses_a_fifo_or_a_device_at_once_instead_of_hanging(tmp_path, monkeypatch):
+    """A FIFO named .env (nobody writes it) hung every command of the project, cron's runs
+    too; a link to /dev/zero filled memory. Neither is a file of settings: a problem, at once."""
+    import os
+
+    from ops import env
+
+    monkeypatch.setattr(env, "problems", [])
+    fifo = tmp_path / "fifo.env"
+    os.mkfifo(fifo)
+    (tmp_path / "zero.env").symlink_to("/dev/zero")
+    assert load_env(fifo) is False
+    assert load_env(tmp_path / "zero.env") is False
+    assert env.problems == [
+        f"{fifo}: cannot be read (not a regular file); nothing was loaded",
+        f"{tmp_path / 'zero.env'}: cannot be read (not a regular file); nothing was loaded",
+    ]
+    assert all(isinstance(problem, env.Unreadable) for problem in env.problems)

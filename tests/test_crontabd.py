@@ -141,3 +141,17 @@ def test_a_byte_order_mark_before_a_job_line_is_named_not_left_invisible(tmp_pat
         f"{target}:1: starts with a byte-order mark (U+FEFF): save the file as UTF-8 without BOM "
         "(in: 0 5 * * * charge_daily)"
     )
+
+
+@pytest.mark.parametrize("option", ["--name", "--catch-up", "--bogus"])
+def test_an_error_quoting_a_long_secret_shows_no_part_of_it(settings, option):
+    """Values quoted in an error are cut at 60 characters; cut before redaction, a 65-character
+    SECRET_KEY showed its first 60 (the redactor knows only whole values)."""
+    from ops.schedule.crontabd import CrontabError, parse_text
+
+    settings.SECRET_KEY = "django-insecure-k3ylx9vq2z@w7v$e5r%t8y^u1i&o4p*a6s(d0f)g-h_j=l+m2"
+    with pytest.raises(CrontabError) as error:
+        parse_text(f"0 4 * * * {option}={settings.SECRET_KEY} sleep_demo\n", "x.cron")
+    message = str(error.value)
+    assert settings.SECRET_KEY[:20] not in message, message
+    assert "<redacted SECRET_KEY>" in message

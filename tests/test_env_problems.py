@@ -123,3 +123,38 @@ def test_a_env_file_its_user_may_not_read_is_exit_2_and_no_other_database_is_mad
     assert not (app / "var" / "db.sqlite3").exists()
     with sqlite3.connect(app / "db.sqlite3") as db:
         assert db.execute("SELECT count(*) FROM ops_jobrun").fetchone() == (0,)
+
+
+def test_a_process_limit_that_leaves_run_job_no_thread_still_records_the_run(
+    cron_user, migrated_templates
+):
+    """Issue 29, a hostile operator's find: with the user's task limit (`ulimit -u`, a
+    container's pids limit) used up, run_job could not start the threads that read the job's
+    output and keep its claim alive: a traceback, no record, the claim left running. Now the
+    attempt is recorded failed, saying why, and the claim is released. Run as a user of its own
+    (root's limit is not enforced) with 2 tasks: run_job and its job."""
+    python = python_for(cron_user.name)
+    require(python is not None, f"no Python that {cron_user.name} can execute")
+    app = copy_tree(cron_user.home / "app")
+    shutil.copy2(migrated_templates["sqlite"], app / "db.sqlite3")
+    (app / ".env").write_text(
+        f"DATABASE_URL=sqlite:///{app / 'db.sqlite3'}\nSECRET_KEY={'z' * 50}\nTIME_ZONE=UTC\n"
+    )
+    (app / "crontab.d" / "t.cron").write_text("0 3 * * * --no-ping sleep_demo --seconds=0\n")
+    subprocess.run(["chown", "-R", f"{cron_user.name}:{cron_user.name}", str(app)], check=True)
+    as_user = ["prlimit", "--nproc=2:2", "runuser", "-u", cron_user.name, "--"]
+    result = subprocess.run(
+        [*as_user, python, "manage.py", "run_job", "sleep_demo"],
+        cwd=app,
+        env=base_env(HOME=str(cron_user.home)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    with sqlite3.connect(app / "db.sqlite3") as db:
+        runs = db.execute("SELECT outcome, exit_code, note FROM ops_jobrun").fetchall()
+        claims = db.execute("SELECT state FROM ops_slotclaim").fetchall()
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    note = "could not read the job's output (can't start new thread): the job was stopped"
+    assert (runs, claims) == ([("failed", 1, note)], [("failed",)])

@@ -608,3 +608,16 @@ def test_the_system_check_warns_about_an_ops_redact_name_that_names_nothing(sett
     [warning] = check_redact_names()
     assert warning.id == "ops.W006"
     assert "STRIPE_APIKEY" in warning.msg and STRIPE not in warning.msg + warning.hint
+
+
+def test_quiet_without_a_usable_temporary_directory_passes_the_output_through(monkeypatch):
+    """--quiet spools to a temporary file; with none to be had (a full or read-only TMPDIR and
+    /tmp) the Tee raised after the claim, and the run was never recorded. Now quiet ends: the
+    output passes through, and the note says so."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", "/nonexistent/cronops-tmp")
+    tee = Tee(Tail(1000), quiet=True)
+    assert tee.spool_problem.startswith("--quiet could not spool the output (")
+    assert tee.spool_problem.endswith("): it passed through")
+    assert not tee._spooled(b"output")  # passes through

@@ -714,6 +714,19 @@ def test_a_nul_byte_in_the_output_is_recorded_and_the_slot_is_not_run_again(proj
     assert "before\ufffdafter" in tail
 
 
+def test_a_nul_byte_in_a_failures_message_is_recorded_and_the_claim_released(project):
+    """PostgreSQL's text cannot hold NUL: a CommandError quoting one made the outcome
+    unrecordable ("database unavailable"), the claim stayed running and the slot ran again."""
+    project.add_command("t_nul", "raise CommandError('bad byte \\x00 in the input file')")
+    project.write_cron("t.cron", f"{DAILY} --no-ping t_nul\n")
+    result = project.run_job("t_nul")
+    assert result.returncode == 1, result.stderr
+    assert "database unavailable" not in result.stderr, result.stderr
+    [(outcome, note)] = project.db.query("SELECT outcome, note FROM ops_jobrun")
+    assert (outcome, note) == ("failed", "CommandError: bad byte \ufffd in the input file")
+    assert project.db.query("SELECT state FROM ops_slotclaim") == [("failed",)]
+
+
 def test_a_signal_while_the_claim_waits_for_the_database_ends_it_and_never_starts_the_command(
     sqlite_project, ping_server
 ):
@@ -848,6 +861,38 @@ def test_a_job_that_catches_its_timeout_and_returns_is_still_recorded_timed_out(
     assert result.returncode == 124
     assert "caught it" in result.stdout
     assert [r[3:5] for r in sqlite_project.db.runs()] == [("timed_out", 124)]
+
+
+def test_a_job_told_to_stop_that_finishes_its_work_and_exits_0_has_done_its_slot(
+    sqlite_project,
+):
+    """SIGTERM to run_job is passed on to the job; one that handles it by finishing its work
+    and exiting 0 has done the slot. Recorded terminated (143), the slot was run again by the
+    next fire or a standby on another server: its work twice."""
+    sqlite_project.add_command(
+        "t_finish",
+        """
+        import signal
+        told = []
+        signal.signal(signal.SIGTERM, lambda *a: told.append(True))
+        print("ready", flush=True)
+        deadline = time.monotonic() + 60
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print("finished the work", flush=True)
+        """,
+    )
+    sqlite_project.write_cron("t.cron", f"{DAILY} --no-ping t_finish\n")
+    proc = sqlite_project.popen("run_job", "t_finish")
+    wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    assert "finished the work" in out
+    assert "cronops: job t_finish: SIGTERM passed to the job, which then finished (exit 0)" in err
+    assert [r[3:5] for r in sqlite_project.db.runs()] == [("succeeded", 0)]
+    again = sqlite_project.run_job("t_finish")
+    assert again.returncode == 0 and "already done" in again.stdout, again.stdout + again.stderr
 
 
 @pytest.mark.parametrize(

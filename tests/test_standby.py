@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from ops.run import standby
-from ops.run.runner import UsageError, standby_bound
+from ops.run.plan import UsageError
+from ops.run.standby import run_bound as standby_bound
 from ops.schedule.options import parse_run_args
 
 from .conftest import DAILY, PING_KEY, Project, copy_tree, ping_to, wait_for_line

@@ -297,3 +297,43 @@ def test_a_standby_does_not_run_again_a_slot_whose_holder_is_ending_its_leftover
     assert executions(servers) == [first.name]  # the job ran once
     assert outcomes(db) == ["skipped", "succeeded"]
     assert claim(db) == ("succeeded", 1, first.name)
+
+
+def test_a_holder_whose_heartbeat_waits_on_a_table_lock_keeps_its_slot(servers):
+    """A lock on the claims table (a migration's) holds up the holder's heartbeat past 3
+    intervals, and the standby, which can still read the stale stamp, tries to take the slot
+    over. The beat in flight holds its claim's holder lock: the takeover waits for it to land,
+    stamped when it is written, finds the claim alive, and the job runs once."""
+    import psycopg
+
+    db = servers[0].project.db
+    first, standby = servers[0], servers[1]
+    first.hold()
+    first.start()
+    holding(servers, db)
+    standby.start()
+    wait_for_line(standby.proc, "standing by", timeout=60)
+
+    def waiting_on_the_lock(update: str) -> bool:
+        return bool(
+            db.query(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE ?",
+                (f'UPDATE "ops_slotclaim" SET "{update}"%',),
+            )
+        )
+
+    with psycopg.connect(db.url) as lock:
+        lock.execute("LOCK TABLE ops_slotclaim IN SHARE MODE")
+        wait_until(lambda: waiting_on_the_lock("heartbeat_at"), "the holder's heartbeat to wait")
+        # The stamp on the claim turns stale (3 intervals), and the standby tries to take over.
+        wait_for_line(standby.proc, "heartbeat the database holds up", timeout=30)
+        lock.commit()
+    first.release()
+    code, out, err = first.wait()
+    assert code == 0, out + err
+    assert "taken over" not in err, err
+    code, out, err = standby.wait()
+    assert code == 0, out + err
+    assert f"done on {first.name} for " in out, out + err
+    assert executions(servers) == [first.name]
+    assert claim(db) == ("succeeded", 1, first.name)

@@ -156,13 +156,18 @@ class Pinger:
         if not self.enabled or self._start_thread is not None:
             return
         deadline = time.monotonic() + self.config.budget
-        self._start_thread = threading.Thread(
+        thread = threading.Thread(
             target=self._send,
             args=("start", "/start", b"", deadline),
             daemon=True,
             name="cronops-start-ping",
         )
-        self._start_thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had (a process limit): no /start
+            self._problems.append(("start", str(exc)))
+            return
+        self._start_thread = thread
 
     def finish(
         self,

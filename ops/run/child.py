@@ -170,8 +170,9 @@ def _one_line(exc: BaseException) -> str:
 
 def _cut(text: str, limit: int) -> str:
     """At most `limit` characters, encodable as UTF-8 (a file name from os.listdir may carry
-    surrogates, which the database and the redactor refuse)."""
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    surrogates, which the database and the redactor refuse), without NUL (PostgreSQL's text
+    cannot hold one: the outcome would be unrecordable, and the slot run again and again)."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\ufffd")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

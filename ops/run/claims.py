@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import connection, transaction
+from django.db.models import DateTimeField, F, Func, Q
 
 from ..models import JobRun, Outcome, SlotClaim
 from ..schedule.slots import Slot, start_of_day
@@ -349,7 +349,7 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
                 "state": Outcome.RUNNING,
                 "version": 1,
                 "started_at": now,
-                "heartbeat_at": now,
+                "heartbeat_at": written_at(now),  # the claim may have waited for its lock
                 **holder,
             },
         )
@@ -372,7 +372,7 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
                 version=F("version") + 1,
                 scheduled_at=slot.at,
                 started_at=now,
-                heartbeat_at=now,
+                heartbeat_at=written_at(now),
                 **holder,
             )
             if not taken:
@@ -443,7 +443,28 @@ def heartbeat(run: JobRun, now: dt.datetime) -> int:
     attempt's row to the next under the same version while the heartbeat goes on."""
     version = run.claim_version  # set by claim(), kept by pass_on()
     held = SlotClaim.objects.filter(job=run.job, slot=run.slot, version=version, pid=run.pid)
-    return held.update(heartbeat_at=now)
+    if connection.vendor != "postgresql":
+        return held.update(heartbeat_at=now)
+    with transaction.atomic():
+        # A beat held up by the database (a lock on the table, a slow link) holds its claim's
+        # holder lock meanwhile: a takeover waits for it to land (fresh: stamped when it is
+        # written) instead of judging the stamp it is about to replace.
+        lock_holder(run.job, run.slot, shared=True)
+        return held.update(heartbeat_at=written_at(now))
+
+
+class _ClockTimestamp(Func):
+    """PostgreSQL's clock_timestamp(): the time the row is written, after any lock wait."""
+
+    template = "clock_timestamp()"
+    output_field = DateTimeField()
+
+
+def written_at(now: dt.datetime) -> dt.datetime | Func:
+    """A claim's heartbeat time: on PostgreSQL the time the row is written, not `now` (taken
+    before the statement, which may wait on a lock or a slow link). Judges compare it with
+    their own clocks, as before (NTP, docs/several-servers.md)."""
+    return _ClockTimestamp() if connection.vendor == "postgresql" else now
 
 
 @dataclass

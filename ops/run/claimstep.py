@@ -103,9 +103,10 @@ def claim(runner: "Runner", slot: Slot) -> claims.ClaimResult:
         )
         say(
             f"job {runner.plan.name}: run #{row.run_id} on {row.host} (pid {row.pid}) holds "
-            f"{slot} inside a fencing transaction of its job (still_held(lock=True)) although "
-            f"its heartbeat stopped; waiting up to {human_duration(left)} for that transaction "
-            "to end before taking the slot over",
+            f"{slot} inside a transaction (a fencing transaction of its job, "
+            "still_held(lock=True), or a heartbeat the database holds up) although its "
+            f"heartbeat is stale; waiting up to {human_duration(left)} for that transaction to "
+            "end before taking the slot over",
             runner.stdout,
         )
 

@@ -99,6 +99,9 @@ def check_args(command: str, args: list[str]) -> None:
 
 
 def _cut(text: str, limit: int = 200) -> str:
+    from ..monitors.redact import redacted  # only on an error's path: redacted, then cut
+
+    text = redacted(text)
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 

@@ -46,8 +46,9 @@ def lock_holder(job: str, slot_key: str, *, shared: bool = False, wait: bool = T
     """The holder of one running claim: a fencing transaction of the holder's job
     (`still_held(lock=True)`) takes it shared, a takeover of that claim exclusively and without
     waiting (ops/run/claims.py waits outside its transaction, which holds `lock_job`), so the
-    takeover comes after the fencing commit. Heartbeats, and the claims of other slots or of a
-    claim that is plainly busy, never take it."""
+    takeover comes after the fencing commit. A heartbeat takes it shared too (claims.heartbeat),
+    so that a takeover waits for a beat the database holds up. The claims of other slots or of
+    a claim that is plainly busy never take it."""
     return advisory_lock(f"cronops holder {job} {slot_key}", shared=shared, wait=wait)
 
 

@@ -75,10 +75,19 @@ class ClaimKeeper:
         if self._stopped or self.lost is not None or self._thread is not None:
             return
         self._stop = threading.Event()
-        self._thread = threading.Thread(
+        thread = threading.Thread(
             target=self._beat, args=(self._stop,), daemon=True, name="cronops-heartbeat"
         )
-        self._thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # a process limit: the run goes on and is recorded
+            say(
+                f"job {self.run.job}: the claim's heartbeat cannot run ({exc}): after 3 "
+                "intervals another server may take the slot over",
+                sys.stderr,
+            )
+            return
+        self._thread = thread
 
     def _halt(self) -> None:
         thread, self._thread = self._thread, None

@@ -188,16 +188,24 @@ class Tee:
     def __init__(self, tail: Tail, quiet: bool = False):
         self.tail = tail
         self.quiet = quiet
-        self._spool = tempfile.TemporaryFile() if quiet else None
         self._replayed = False  # the spool is the writer's now
         self._spool_lock = threading.Lock()
+        self.spool_problem = ""
+        self._spool = None
+        if quiet:
+            try:
+                self._spool = tempfile.TemporaryFile()
+            except OSError as exc:  # no usable TMPDIR: the output passes through instead
+                self.spool_problem = (
+                    f"--quiet could not spool the output ({exc.strerror or exc}): it passed through"
+                )
         self._threads: list[threading.Thread] = []
         self.deadline: float | None = None  # when the output stops holding the run up (finish)
         self._lost_before = OUTBOX.lost  # what run_job had failed to write before this run
-        self.spool_problem = ""
 
     def start(self, stdout: int, stderr: int) -> None:
-        """Read the pipes' read ends (this object closes them)."""
+        """Read the pipes' read ends (this object closes them). RuntimeError when a reader
+        thread cannot be started (a process limit): the pipes it would read are closed."""
         for source, target in ((stdout, 1), (stderr, 2)):
             thread = threading.Thread(
                 target=self._pump,
@@ -205,7 +213,13 @@ class Tee:
                 daemon=True,
                 name=f"cronops-output-{target}",
             )
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError:
+                for fd in (stdout, stderr)[len(self._threads) :]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                raise
             self._threads.append(thread)
 
     def _pump(self, source: int, target: int) -> None:

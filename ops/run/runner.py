@@ -24,7 +24,7 @@ from ..models import JobRun, Outcome
 from ..monitors.pings import PingConfig, Pinger
 from ..monitors.redact import Redactor
 from ..schedule.durations import human_duration
-from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, RunOptions, parse_run_args
+from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, parse_run_args
 from ..schedule.slots import Slot
 from . import after, claims, claimstep, descendants, patience, process, retries, standby
 from .heartbeat import ClaimKeeper, taken_over_note
@@ -53,21 +53,6 @@ HISTORY_TAIL_BYTES = 10_000
 OUTPUT_GRACE = 2.0  # seconds the output pipes may stay open after the job's end
 
 
-def standby_bound(options: RunOptions, heartbeat: float) -> float | None:
-    """How long a run stands by (ops/run/standby.py); UsageError for a bad OPS_STANDBY."""
-    try:
-        on = options.standby if options.standby is not None else standby.setting()
-    except standby.StandbySettingError as exc:
-        raise UsageError(str(exc)) from None
-    if on is True and not options.timeout:
-        from ..monitors.status import default_grace  # only then: the runner's start-up stays lean
-
-        grace = default_grace()
-    else:
-        grace = 0.0
-    return standby.bound(options, heartbeat=heartbeat, default_grace=grace)
-
-
 class Runner:
     def __init__(self, plan: Plan, *, stdout=None, stderr=None, log_problem: str = ""):
         self.plan = plan
@@ -92,7 +77,7 @@ class Runner:
         self.summarised = False
         self.catch_up_failure = 0  # the exit code of this call's first failed catch-up slot
         # How long this call stands by for a busy slot (None: it does not); from the lock on.
-        self.standby = standby_bound(plan.options, self.heartbeat)
+        self.standby = standby.run_bound(plan.options, self.heartbeat)
         self.standby_deadline = time.monotonic() + (self.standby or 0)
         self.claim_wait = ""  # what the claim step waits for, once it waits (claimstep.py)
         self.action = actions.from_environment()  # started from the jobs page (who, and why)
@@ -344,13 +329,20 @@ class Runner:
             exclude=before,
             lost=lambda: keeper.lost,
         )
+        unwatched = ""
         try:
-            tee.start(child.stdout, child.stderr)
+            try:
+                tee.start(child.stdout, child.stderr)
+            except RuntimeError as exc:  # a process limit: nothing can read its output
+                unwatched = f"could not read the job's output ({exc}): the job was stopped"
+                supervisor.stop(signal.SIGKILL)
             pinger.start()
             supervisor.wait()
         finally:
             self.signals.job = None
         ended = supervisor.ended()
+        if unwatched:
+            ended = Ended(Outcome.FAILED, 1, unwatched, ended.command)
         supervisor.close()
         self.end_leftovers(before)  # before the claim is released: they must not overlap a rerun
         tee.finish(OUTPUT_GRACE)
@@ -373,9 +365,12 @@ class Runner:
         tee.settle()  # bounded: a reader that stopped reading costs output, not the record
         tee.close()
         lost_output = tee.loss_note()
-        if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.WAITING, Outcome.BLOCKED):
+        told = self.signals.received is not None and outcome == Outcome.SUCCEEDED  # then done
+        if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.WAITING, Outcome.BLOCKED) or (
+            told and note
+        ):
             say(f"job {self.plan.name}: {note}", self.stderr)
-            self.stop = self.stop or outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED)
+            self.stop = self.stop or told or outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED)
         if outcome == Outcome.TAKEN_OVER:  # the heartbeat thread said so already
             note += "; the job was stopped"
         # Timeouts and signals ping their exit code (/124, /143, /130); a slot waiting for its

@@ -30,6 +30,7 @@ from ..schedule.durations import human_duration
 from ..schedule.options import RunOptions
 from ..schedule.slots import Slot
 from . import claims, process
+from .plan import UsageError
 
 POLL_MAX = 5.0  # seconds: takeover within 3 heartbeats + this
 POLL_MIN = 0.2
@@ -124,3 +125,18 @@ def wait(
 
 def waited(seconds: float) -> str:
     return human_duration(seconds) if seconds >= 1 else "less than a second"
+
+
+def run_bound(options: RunOptions, heartbeat: float) -> float | None:
+    """How long a run stands by; UsageError for a bad OPS_STANDBY."""
+    try:
+        on = options.standby if options.standby is not None else setting()
+    except StandbySettingError as exc:
+        raise UsageError(str(exc)) from None
+    if on is True and not options.timeout:
+        from ..monitors.status import default_grace  # only then: the runner's start-up stays lean
+
+        grace = default_grace()
+    else:
+        grace = 0.0
+    return bound(options, heartbeat=heartbeat, default_grace=grace)

@@ -220,11 +220,16 @@ class Supervisor:
         if self.timed_out:
             note = f"timed out after {self.timeout:g}s"
             return Ended(Outcome.TIMED_OUT, EXIT_TIMEOUT, note, command)
-        if self.received is not None:
-            name = signal.Signals(self.received).name
-            return Ended(Outcome.TERMINATED, 128 + self.received, f"terminated by {name}", command)
         assert self.status is not None
         code = os.waitstatus_to_exitcode(self.status)
+        if self.received is not None:
+            name = signal.Signals(self.received).name
+            if code == 0:
+                # Told to stop, the job finished its work and said so: its slot is done (a
+                # standby must not run it again).
+                note = f"{name} passed to the job, which then finished (exit 0)"
+                return Ended(Outcome.SUCCEEDED, 0, note, command)
+            return Ended(Outcome.TERMINATED, 128 + self.received, f"terminated by {name}", command)
         if code < 0:
             # A crash (SIGSEGV) or the OOM killer: the job's own failure, not run_job's stop,
             # so a standby does not run it again (it would crash there too).

@@ -41,7 +41,12 @@ _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 def shown(text: str, limit: int = SHOWN_MAX) -> str:
-    """`text` quoted as an error message echoes it: cut to `limit` characters, the cut said."""
+    """`text` quoted as an error message echoes it: its known secrets redacted first (a secret
+    cut in two would not be recognised afterwards), then cut to `limit` characters, the cut
+    said."""
+    from ..monitors.redact import redacted  # only on an error's path
+
+    text = redacted(text)
     if len(text) <= limit:
         return repr(text)
     return f"{text[:limit]!r}… ({len(text)} characters)"
@@ -89,8 +94,11 @@ class RunOptions:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        # argparse echoes the words it refuses ("unrecognized arguments: ..."): cut each.
-        raise OptionsError(re.sub(rf"\S{{{SHOWN_MAX + 1},}}", _cut_word, message))
+        # argparse echoes the words it refuses ("unrecognized arguments: ..."): cut each, once
+        # its secrets are redacted (a secret cut in two is not recognised afterwards).
+        from ..monitors.redact import redacted  # only on an error's path
+
+        raise OptionsError(re.sub(rf"\S{{{SHOWN_MAX + 1},}}", _cut_word, redacted(message)))
 
 
 def _cut_word(match: re.Match) -> str:
