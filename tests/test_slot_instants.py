@@ -299,7 +299,7 @@ def test_a_fencing_transaction_holds_back_only_a_takeover_of_its_own_claim():
     tomorrow = slots.make_slot("0 3 * * *", dt.datetime(2026, 12, 2, 3, 0, tzinfo=UTC))
     with transaction.atomic():
         assert fence.still_held(lock=True)
-        assert on_its_own_connection(lambda: claims.heartbeat(held.run, later)) == 1
+        assert on_its_own_connection(lambda: claims.heartbeat(held.run, lambda: later)) == 1
         assert on_its_own_connection(lambda: another_host(later + dt.timedelta(seconds=30))) == (
             "busy"
         )

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, F, Func, Q
+from django.db.models import F, Q
 
 from ..models import JobRun, Outcome, SlotClaim
 from ..schedule.slots import Slot, start_of_day
@@ -349,7 +349,7 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
                 "state": Outcome.RUNNING,
                 "version": 1,
                 "started_at": now,
-                "heartbeat_at": written_at(now),  # the claim may have waited for its lock
+                "heartbeat_at": now,
                 **holder,
             },
         )
@@ -372,7 +372,7 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
                 version=F("version") + 1,
                 scheduled_at=slot.at,
                 started_at=now,
-                heartbeat_at=written_at(now),
+                heartbeat_at=now,
                 **holder,
             )
             if not taken:
@@ -437,34 +437,23 @@ def peek(job: str, slot_key: str) -> SlotClaim | None:
     return SlotClaim.objects.filter(job=job, slot=slot_key).first()
 
 
-def heartbeat(run: JobRun, now: dt.datetime) -> int:
+def heartbeat(run: JobRun, clock: Callable[[], dt.datetime]) -> int:
     """Refresh the claim's heartbeat; 0 when the claim is no longer this run's. By the claim's
     version (a take makes a new one), not by the attempt: --retries moves the claim from one
     attempt's row to the next under the same version while the heartbeat goes on."""
     version = run.claim_version  # set by claim(), kept by pass_on()
     held = SlotClaim.objects.filter(job=run.job, slot=run.slot, version=version, pid=run.pid)
     if connection.vendor != "postgresql":
-        return held.update(heartbeat_at=now)
+        return held.update(heartbeat_at=clock())
     with transaction.atomic():
-        # A beat held up by the database (a lock on the table, a slow link) holds its claim's
-        # holder lock meanwhile: a takeover waits for it to land (fresh: stamped when it is
-        # written) instead of judging the stamp it is about to replace.
+        # A beat the database holds up (a lock on the table: a migration) holds its claim's
+        # holder lock meanwhile, so a takeover waits for it; and it reads the clock once the
+        # table is its to write, so that it lands fresh instead of with the time it was sent.
         lock_holder(run.job, run.slot, shared=True)
-        return held.update(heartbeat_at=written_at(now))
-
-
-class _ClockTimestamp(Func):
-    """PostgreSQL's clock_timestamp(): the time the row is written, after any lock wait."""
-
-    template = "clock_timestamp()"
-    output_field = DateTimeField()
-
-
-def written_at(now: dt.datetime) -> dt.datetime | Func:
-    """A claim's heartbeat time: on PostgreSQL the time the row is written, not `now` (taken
-    before the statement, which may wait on a lock or a slow link). Judges compare it with
-    their own clocks, as before (NTP, docs/several-servers.md)."""
-    return _ClockTimestamp() if connection.vendor == "postgresql" else now
+        with connection.cursor() as cursor:
+            table = connection.ops.quote_name(SlotClaim._meta.db_table)
+            cursor.execute(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE")  # the UPDATE's own
+        return held.update(heartbeat_at=clock())
 
 
 @dataclass

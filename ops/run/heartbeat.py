@@ -105,7 +105,7 @@ class ClaimKeeper:
                 self._last = time.monotonic()
                 note = None
                 try:
-                    owned = claims.heartbeat(self.run, timezone.now())
+                    owned = claims.heartbeat(self.run, timezone.now)
                     if not owned and not stop.is_set() and not self._recording:
                         note = taken_over_note(self.run)
                 except DatabaseError as exc:
