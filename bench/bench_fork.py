@@ -18,7 +18,11 @@ With --count (valgrind installed), instead: the instructions one `manage.py noop
 bare and with cronops adopted, counted by valgrind's callgrind. The count does not move with the
 machine's load (repeated counts agree within 0.3 %), where CPU time on this VM moves by ±10 %
 from one minute to the next; the with_ops goal is then the ratio of the two counts.
-Usage: python bench/bench_fork.py [--rounds N] [--count]
+With --monitors (issue 30), instead: a fire of the scheduled job `watched` (`run_job --force
+watched`, a new claim each time) with no monitor, with healthchecks.io pings, with Sentry
+check-ins and with both, to a server on 127.0.0.1 that answers 200, against a bare
+`manage.py noop`: CPU ratios per round as above, and with --count their instructions too.
+Usage: python bench/bench_fork.py [--rounds N] [--count] [--monitors]
 """
 
 import argparse
@@ -30,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import env, goal, median, timed_cpu
+from _common import PingServer, env, goal, median, timed_cpu
 
 NOOP = """\
 from django.core.management.base import BaseCommand
@@ -100,7 +104,10 @@ def startproject() -> Path:
     (root / "crontab.d").mkdir()
     # A schedule to read: every command's system checks parse crontab.d (run_job's noop stays
     # an undeclared command, so every round runs it)
-    (root / "crontab.d" / "10-nightly.cron").write_text("0 3 * * * --no-ping nightly\n")
+    (root / "crontab.d" / "10-nightly.cron").write_text(
+        "0 3 * * * --no-ping nightly\n0 3 * * * --timeout=10m watched\n"
+    )
+    (commands / "watched.py").write_text(NOOP)
     (root / "sketch.py").write_text(SKETCH)
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mysite.settings_ops"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -113,18 +120,19 @@ PLAIN = {"DJANGO_SETTINGS_MODULE": "mysite.settings"}
 OPS = {"DJANGO_SETTINGS_MODULE": "mysite.settings_ops"}
 
 
-def instructions(root: Path, extra_env: dict) -> int:
-    """The instructions `manage.py noop` executes, counted by callgrind."""
+def instructions(root: Path, extra_env: dict, argv: tuple[str, ...] = ("noop",)) -> int:
+    """The instructions `manage.py noop` (or `argv`) executes, counted by callgrind (every
+    thread, and the job's forked child: --trace-children)."""
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-         sys.executable, "manage.py", "noop"],
+         "--trace-children=yes", sys.executable, "manage.py", *argv],
         cwd=root, env=env(**extra_env), capture_output=True, text=True,
     )  # fmt: skip
     if done.returncode != 0:
         sys.exit(f"manage.py noop under valgrind exited {done.returncode}:\n{done.stderr[-2000:]}")
-    found = re.search(r"Collected : (\d+)", done.stderr)
+    found = re.findall(r"Collected : (\d+)", done.stderr)
     assert found, f"no count in valgrind's output: {done.stderr[-500:]}"
-    return int(found.group(1))
+    return sum(int(n) for n in found)  # the process and the child it forked
 
 
 def count(root: Path, repeats: int = 3) -> None:
@@ -144,15 +152,64 @@ def count(root: Path, repeats: int = 3) -> None:
          ratio <= 1.03)  # fmt: skip
 
 
+def monitors(root: Path, rounds: int, counted: bool) -> None:
+    """A fire with each monitor on, beside a bare command, in one run (issue 30)."""
+    server = PingServer()  # answers 200 to pings and to Sentry's envelope endpoint alike
+    port = server.url.rstrip("/").rsplit(":", 1)[1]
+    fire = ("run_job", "--force", "watched")
+    hc = {"HEALTHCHECKS_PING_URL": server.url, "HEALTHCHECKS_PING_KEY": "bench-ping-key"}
+    sentry = {"SENTRY_DSN": f"http://{'k' * 32}@127.0.0.1:{port}/1"}
+    variants = {
+        "bare": (("noop",), PLAIN),
+        "off": (fire, OPS),
+        "healthchecks": (fire, {**OPS, **hc}),
+        "sentry": (fire, {**OPS, **sentry}),
+        "both": (fire, {**OPS, **hc, **sentry}),
+    }
+    py = sys.executable
+    try:
+        cpu: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(2):  # warm the page cache
+            for argv, extra in variants.values():
+                timed_cpu([py, "manage.py", *argv], cwd=root, extra_env=extra)
+        for r in range(rounds):
+            order = list(variants.items())
+            for name, (argv, extra) in order if r % 2 else reversed(order):
+                _, _, code, seconds = timed_cpu([py, "manage.py", *argv], cwd=root, extra_env=extra)
+                assert code == 0, f"{name} exited {code}"
+                cpu[name].append(seconds)
+        print(f"a fire of `watched` by monitor, {rounds} rounds; CPU ms median, ratio to bare noop")
+        for name, values in cpu.items():
+            ratio = median([v / b for v, b in zip(values, cpu["bare"], strict=True)])
+            print(f"  {name:13} {median(values) * 1000:6.0f} ms   {ratio:.3f}")
+        if counted:
+            counts = {
+                name: instructions(root, extra, argv) for name, (argv, extra) in variants.items()
+            }
+            print("instructions (callgrind, the job's child included), ratio to bare noop")
+            for name, n in counts.items():
+                print(f"  {name:13} {n / 1e6:8.1f} M   {n / counts['bare']:.3f}")
+            sentry_cost = counts["sentry"] / counts["off"]
+            goal("P9", f"a fire with Sentry check-ins vs none, instructions {sentry_cost:.3f} "
+                 "(≤ 1.05: the standard library's envelope, not the SDK's +38 %)",
+                 sentry_cost <= 1.05)  # fmt: skip
+    finally:
+        server.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--count", action="store_true", help="instructions under callgrind")
+    parser.add_argument("--monitors", action="store_true", help="a fire with each monitor on")
     arguments = parser.parse_args()
     rounds = arguments.rounds
     if arguments.count and not shutil.which("valgrind"):
         sys.exit("--count needs valgrind (Debian: apt install valgrind)")
     root = startproject()
+    if arguments.monitors:
+        monitors(root, rounds, arguments.count)
+        return
     if arguments.count:
         count(root)
         return

@@ -19,6 +19,7 @@
 | ops.W005 | warning | BASE_DIR has no manage.py, which every installed cron line runs |
 | ops.W006 | warning | a name in OPS_REDACT is neither a setting nor an environment variable |
 | ops.W010 | warning | TIME_ZONE is a legacy tzdata name (`US/Eastern`: a link) |
+| ops.W011 | warning | a job name is longer than Sentry's 50-character monitor slugs |
 
 A check whose setting is broken (E006, E007) skips what depends on it instead of failing on it.
 Whether the database has cronops' tables is not a system check (`migrate` runs the checks
@@ -206,8 +207,9 @@ def check_crontabd(app_configs=None, **kwargs):
                     id="ops.W003",
                 )
             )
+        sentry = _or_none(conf.sentry_dsn)
         unpinged = [j.name for j in schedule.jobs if not (j.options.ping or j.options.no_ping)]
-        if unpinged and not _or_none(conf.ping_key):
+        if unpinged and not _or_none(conf.ping_key) and not sentry:
             messages.append(
                 Warning(
                     f"healthchecks.io pings are not configured: {len(unpinged)} scheduled "
@@ -215,6 +217,19 @@ def check_crontabd(app_configs=None, **kwargs):
                     hint="set HEALTHCHECKS_PING_KEY in .env (healthchecks.io project Settings "
                     "→ API Access), or give each job --ping=UUID or --no-ping in crontab.d",
                     id="ops.W001",
+                )
+            )
+        from .monitors.sentry import SLUG_MAX
+
+        long = [j.name for j in schedule.jobs if len(j.name) > SLUG_MAX and not j.options.no_ping]
+        if sentry and long:
+            messages.append(
+                Warning(
+                    f"{len(long)} job name(s) longer than {SLUG_MAX} characters "
+                    f"({', '.join(n[:20] + '…' for n in long[:3])}): Sentry cuts a monitor's "
+                    f"slug to {SLUG_MAX}, so their check-ins may land on another job's monitor",
+                    hint=f"give each a --name of at most {SLUG_MAX} characters in crontab.d",
+                    id="ops.W011",
                 )
             )
     return messages

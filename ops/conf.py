@@ -35,6 +35,8 @@ already-loaded settings, and imports nothing heavier than `pathlib`.
 | HEALTHCHECKS_API_URL | https://healthchecks.io/api/v3/ |
 | HEALTHCHECKS_API_KEY | "" |
 | HEALTHCHECKS_CHANNELS | * |
+| OPS_SENTRY_DSN | SENTRY_DSN (the project's own), else "" (no check-ins) |
+| SENTRY_ENVIRONMENT | "" (Sentry's default, production) |
 
 The full meaning of each is in docs/settings.md.
 """
@@ -294,6 +296,45 @@ def channels(source=None) -> str:
     return _string(name, "*", source)
 
 
+def sentry_dsn(source=None) -> str:
+    """The DSN Sentry Crons check-ins go to: OPS_SENTRY_DSN (for cronops' monitors alone; set
+    empty, none), else SENTRY_DSN (the project's, as Sentry's own docs set it), else "". Never
+    shown: it holds the project's key."""
+    for name in ("OPS_SENTRY_DSN", "SENTRY_DSN"):
+        value = getattr(settings if source is None else source, name, None)
+        if value is None:
+            value = os.environ.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise SettingError(name, "a value (from the setting) is not a string")
+        if value.strip():
+            from .monitors.sentry import DsnError, parse_dsn
+
+            try:
+                parse_dsn(value)
+            except DsnError as exc:
+                raise SettingError(name, f"the value {exc}") from None
+        return value.strip()
+    return ""
+
+
+def sentry_environment(source=None) -> str:
+    """SENTRY_ENVIRONMENT: the environment of the check-ins ("": Sentry's default)."""
+    value = _string("SENTRY_ENVIRONMENT", "", source)
+    from .monitors.sentry import ENVIRONMENT_MAX
+
+    # Sentry's own rule for environment names: no '/', no line break; Relay's length limit.
+    if len(value) > ENVIRONMENT_MAX or any(c in "/\n\r\f" for c in value):
+        raise _bad(
+            "SENTRY_ENVIRONMENT",
+            value,
+            _raw("SENTRY_ENVIRONMENT", source)[1],
+            f"a name of at most {ENVIRONMENT_MAX} characters without '/' or a line break",
+        )
+    return value
+
+
 # Every getter, by setting name, for `manage.py check` and docs/settings.md's test.
 GETTERS = {
     "OPS_CRONTAB_DIR": crontab_dir,
@@ -314,6 +355,8 @@ GETTERS = {
     "HEALTHCHECKS_API_URL": api_url,
     "HEALTHCHECKS_API_KEY": api_key,
     "HEALTHCHECKS_CHANNELS": channels,
+    "OPS_SENTRY_DSN": sentry_dsn,
+    "SENTRY_ENVIRONMENT": sentry_environment,
 }
 
 

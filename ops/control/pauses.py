@@ -388,5 +388,5 @@ def _refuse(runner, pause: JobPause, now: dt.datetime, tz: ZoneInfo, write: "Wri
     write(lambda: actions.attach(runner.action, run))
     if not runner.opts.quiet:
         say(f"job {name}: {note}", runner.stdout)
-    runner.pinger().log(note)
+    runner.monitors().log(note)
     return 0

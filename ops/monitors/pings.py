@@ -130,13 +130,18 @@ class Pinger:
     """The pings of one run (one `rid`)."""
 
     def __init__(
-        self, config: PingConfig, job: str, override: str | None = None, enabled: bool = True
+        self,
+        config: PingConfig,
+        job: str,
+        override: str | None = None,
+        enabled: bool = True,
+        rid: str | None = None,
     ):
         self.config = config
         self.job = job
         self.by_slug = not override
         self.url, self.query = check_url(config, job, override) if enabled else ("", "")
-        self.rid = str(uuid.uuid4())
+        self.rid = rid or str(uuid.uuid4())
         self.body_limit: int | None = None
         self._start_thread: threading.Thread | None = None
         self._gate = threading.Lock()  # held while a start is being sent

@@ -1,9 +1,10 @@
 """Secrets cronops knows, and their removal from what leaves the run (ping bodies, history).
 
 The values: SECRET_KEY, HEALTHCHECKS_PING_KEY, HEALTHCHECKS_API_KEY, DATABASE_URL and its
-password, and every setting (else environment variable) named in OPS_REDACT. A value shorter
-than MIN_LENGTH is skipped: replacing every "admin" or "1234" in a job's output would make it
-unreadable and protects nothing. Each value is also matched as a program would print it:
+password, the Sentry DSN (OPS_SENTRY_DSN, else SENTRY_DSN) and its key, and every setting (else
+environment variable) named in OPS_REDACT. A value shorter than MIN_LENGTH is skipped:
+replacing every "admin" or "1234" in a job's output would make it unreadable and protects
+nothing. Each value is also matched as a program would print it:
 repr()- and JSON-escaped, and URL-quoted (a password inside a URL).
 
 Only copies are redacted: the job's own output to cron's log stays the job's.
@@ -29,6 +30,8 @@ def known_secrets(settings) -> dict[str, str]:
         "HEALTHCHECKS_PING_KEY": _or_default(conf.ping_key, settings, ""),
         "HEALTHCHECKS_API_KEY": _or_default(conf.api_key, settings, ""),
         "DATABASE_URL": os.environ.get("DATABASE_URL", ""),
+        "the Sentry DSN": _or_default(conf.sentry_dsn, settings, ""),
+        "the Sentry DSN's key": _dsn_key(_or_default(conf.sentry_dsn, settings, "")),
     }
     for alias, database in getattr(settings, "DATABASES", {}).items():
         name = "the database password" if alias == "default" else f"the {alias} database password"
@@ -40,6 +43,11 @@ def known_secrets(settings) -> dict[str, str]:
         for i, item in enumerate(_strings(value)):
             secrets[name if i == 0 else f"{name}[{i}]"] = item
     return {k: v for k, v in secrets.items() if isinstance(v, str) and len(v) >= MIN_LENGTH}
+
+
+def _dsn_key(dsn: str) -> str:
+    """The public key of a DSN (its user name), "" when there is none."""
+    return dsn.partition("://")[2].partition("@")[0].partition(":")[0] if "@" in dsn else ""
 
 
 def _or_default(read, settings, default):

@@ -82,7 +82,17 @@ def main(
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        _flush_error_reporting()
         os._exit(code)
+
+
+def _flush_error_reporting() -> None:
+    """os._exit skips the interpreter's exit hooks: what the project's sentry_sdk queued (the
+    job's reported exceptions, its logged errors) is sent first, for at most 2 seconds."""
+    sentry_sdk = sys.modules.get("sentry_sdk")
+    if sentry_sdk is not None:
+        with contextlib.suppress(Exception):
+            sentry_sdk.flush(timeout=2.0)
 
 
 def _default_signals() -> None:
@@ -148,9 +158,22 @@ def execute(command: str, args: list[str]) -> tuple[int, str]:
         _write(2, f"{exc.code}\n")
         return 1, str(exc.code)
     except Exception as exc:
-        _write(2, traceback.format_exc())
+        _uncaught(exc)
         return 1, f"{type(exc).__name__}: {_one_line(exc)}"
     return 0, ""
+
+
+def _uncaught(exc: Exception) -> None:
+    """The traceback of an exception the command let out, through sys.excepthook, as for a
+    command run alone: the default hook prints it; a project's error reporting (sentry_sdk's
+    hook) reports it as it did before run_job ran the command."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    except Exception:
+        _write(2, traceback.format_exc())
 
 
 def _write(fd: int, text: str) -> None:

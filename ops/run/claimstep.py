@@ -82,7 +82,7 @@ def cannot_claim(runner: "Runner", slot: Slot, locked: patience.Locked) -> int:
         note += " (not recorded: nothing can be written)"
     say(f"error: job {runner.plan.name}: {note}", runner.stderr)
     head = runner.catch_up_head() + f"cronops: {note}\n".encode()
-    runner.pinger().finish(None, b"", kind="fail", head=head)
+    runner.monitors().finish(None, b"", kind="fail", head=head)
     return 1
 
 

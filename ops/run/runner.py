@@ -21,7 +21,8 @@ from django.utils import timezone
 from .. import conf
 from ..control import actions, pauses
 from ..models import JobRun, Outcome
-from ..monitors.pings import PingConfig, Pinger
+from ..monitors import monitors
+from ..monitors.monitors import RunMonitors
 from ..monitors.redact import Redactor
 from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, parse_run_args
@@ -64,7 +65,7 @@ class Runner:
         self.pid = os.getpid()
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
-        self.ping_config = PingConfig.from_settings()
+        self.monitor_configs = monitors.Configs.from_settings()
         self.redactor = Redactor.from_settings(settings)
         self.kill_after = plan.options.kill_after or DEFAULT_KILL_AFTER
         self.signals = Signals()  # installed from the lock on (run())
@@ -83,12 +84,16 @@ class Runner:
         self.action = actions.from_environment()  # started from the jobs page (who, and why)
         self.attempts: retries.Attempts | None = None  # the current slot's (--retries)
 
-    def pinger(self, enabled: bool = True) -> Pinger:
-        return Pinger(
-            self.ping_config,
+    def monitors(self, enabled: bool = True) -> RunMonitors:
+        """The monitors of one run (ops/monitors/monitors.py): healthchecks.io and Sentry."""
+        return monitors.for_run(
+            self.monitor_configs,
             self.plan.name,
-            override=self.opts.ping,
-            enabled=enabled and not self.opts.no_ping,
+            self.plan.job,
+            ping=self.opts.ping,
+            no_ping=bool(self.opts.no_ping),
+            tz=settings.TIME_ZONE,
+            enabled=enabled,
         )
 
     def catch_up_head(self) -> bytes:
@@ -117,7 +122,7 @@ class Runner:
         if catch_up:
             self.caught_up.append(f"{slot}: {note}")
         elif ping:
-            self.pinger().log(note)
+            self.monitors().log(note)
         return exit_code
 
     def write(self, write, *, outcome: bool = False, interruptible: bool = False):
@@ -144,7 +149,7 @@ class Runner:
         if self.caught_up and not self.summarised:
             code = self.catch_up_failure or exit_code
             code = 0 if code == EXIT_SKIPPED else code  # a busy current slot is no failure
-            self.pinger().finish(code, b"", head=self.catch_up_head())
+            self.monitors().finish(code, b"", head=self.catch_up_head())
 
     def run(self) -> int:
         now = timezone.now()
@@ -258,9 +263,9 @@ class Runner:
             self.write(lambda: actions.attach(self.action, run))
         except patience.Locked as locked:  # who started it goes unsaid; the run goes on
             say(f"job {self.plan.name}: {locked}: the run's starter is not recorded", self.stderr)
-        pinger = self.pinger(enabled=not catch_up)  # one rid, one /start for all attempts
+        watch = self.monitors(enabled=not catch_up)  # one rid, one start for all attempts
         self.attempts = attempts = retries.Attempts.of(self)
-        run.rid = pinger.rid
+        run.rid = watch.rid
         ended: Ended | None = None
         if self.opts.after and slot is not None:  # upstream jobs first (ops/run/after.py)
             ended = after.gate(self, run, slot, now=timezone.now(), catch_up=catch_up)
@@ -274,7 +279,7 @@ class Runner:
             started = time.monotonic()
             ended = self.terminated()  # a signal while the slot was claimed: the job never starts
             if ended is None:
-                ended = self.supervise(run, slot, tee, pinger)
+                ended = self.supervise(run, slot, tee, watch)
             if ended.command:
                 run.command = self.redactor.text(ended.command)[:500]
             duration = time.monotonic() - started
@@ -295,9 +300,9 @@ class Runner:
         else:  # the slot never ran: waiting for (or blocked by) an upstream, or a signal
             tee, duration = Tee(Tail(TAIL_BYTES, redactor=self.redactor)), 0.0
         assert ended is not None
-        return self.conclude(run, slot, ended, duration, tee, pinger, catch_up)
+        return self.conclude(run, slot, ended, duration, tee, watch, catch_up)
 
-    def supervise(self, run: JobRun, slot: Slot | None, tee: Tee, pinger: Pinger) -> Ended:
+    def supervise(self, run: JobRun, slot: Slot | None, tee: Tee, watch: RunMonitors) -> Ended:
         """Fork the job (ops/run/supervisor.py) and see it to its end: its output teed, its
         heartbeat and start ping sent from here, what it left running ended."""
         held = claims.held_claim(run)
@@ -336,7 +341,7 @@ class Runner:
             except RuntimeError as exc:  # a process limit: nothing can read its output
                 unwatched = f"could not read the job's output ({exc}): the job was stopped"
                 supervisor.stop(signal.SIGKILL)
-            pinger.start()
+            watch.start()
             supervisor.wait()
         finally:
             self.signals.job = None
@@ -355,7 +360,7 @@ class Runner:
         ended: Ended,
         duration: float,
         tee: Tee,
-        pinger: Pinger,
+        watch: RunMonitors,
         catch_up: bool,
     ) -> int:
         """Record the outcome, then the final ping (or, in catch-up, its line of the summary)."""
@@ -433,7 +438,7 @@ class Runner:
         head = self.catch_up_head() + (f"cronops: {note}\n".encode() if note else b"")
         # The final ping carries run_job's exit code: a failed catch-up slot is not hidden by
         # a current slot that succeeded.
-        pinger.finish(
+        watch.finish(
             self.catch_up_failure or exit_code,
             body,
             kind=kind,
@@ -584,9 +589,4 @@ def _fail_ping(plan: Plan | None, argv: list[str], message: str) -> None:
             opts = parse_run_args(argv)
         except OptionsError:
             return
-    pinger = Pinger(
-        PingConfig.from_settings(), opts.job_name, override=opts.ping, enabled=not opts.no_ping
-    )
-    # /fail, not an exit status: the job never ran, there is none to report.
-    message = Redactor.from_settings(settings).text(message)
-    pinger.finish(None, f"cronops: {message}\n".encode(), kind="fail")
+    monitors.could_not_start(opts, plan.job if plan is not None else None, message)

@@ -50,6 +50,10 @@ class Command(BaseCommand):
             self.stdout.write(f"{name} was paused already; now paused {pauses.describe(pause, tz)}")
         else:
             self.stdout.write(f"paused {name} {pauses.describe(pause, tz)}")
+        from ops.monitors.sentry import pause_note
+
+        if sentry := pause_note(name, job):
+            self.stdout.write(sentry)
         if check is not None:
             line = f"healthchecks.io: {check.note}"
             if not check.ok:

@@ -1,0 +1,112 @@
+"""The monitors of a run: one part with two members, healthchecks.io pings and Sentry check-ins.
+
+The runner tells the monitors what a run does (its job started, it ended with an exit code or
+as a failure or a mere note, it skipped its slot); each member turns that into requests of its
+own, or none. They share the run's id (`rid`: a ping's `rid`, a check-in's id) and the ping
+budget: the final requests of the members go out side by side, so a run's end costs at most
+one budget whatever the members' servers do. Nothing here raises or changes an exit code.
+"""
+
+import threading
+import uuid
+from dataclasses import dataclass
+
+from .pings import PingConfig, Pinger
+from .sentry import CheckIns, SentryConfig, monitor_config
+
+
+class RunMonitors:
+    """What the runner speaks to: `start()`, `finish(...)`, `log(message)`, `rid`."""
+
+    def __init__(self, members: list, rid: str):
+        self.members, self.rid = members, rid
+
+    def start(self) -> None:
+        for member in self.members:
+            member.start()  # each in a thread of its own: the job never waits
+
+    def finish(self, exit_code: int | None, body: bytes, **how) -> bool:
+        """The end of the run (Pinger.finish's arguments); True when a member's request was
+        taken."""
+        return self._each(lambda m: m.finish(exit_code, body, **how))
+
+    def log(self, message: str) -> bool:
+        """A skip or a note that is no run (already done, busy, paused)."""
+        return self._each(lambda m: m.log(message))
+
+    def _each(self, call) -> bool:
+        """`call` on every member, side by side: each is bounded by the ping budget itself."""
+        done = [False] * len(self.members)
+
+        def one(i: int) -> None:
+            done[i] = bool(call(self.members[i]))
+
+        threads = []
+        for i in range(1, len(self.members)):
+            thread = threading.Thread(target=one, args=(i,), daemon=True, name="cronops-monitor")
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had: one after the other
+                one(i)
+                continue
+            threads.append(thread)
+        if self.members:
+            one(0)
+        for thread in threads:
+            thread.join()
+        return any(done)
+
+
+@dataclass(frozen=True)
+class Configs:
+    """The members' settings, read (and so checked) once, before anything is claimed."""
+
+    pings: PingConfig
+    sentry: SentryConfig
+
+    @classmethod
+    def from_settings(cls) -> "Configs":
+        return cls(PingConfig.from_settings(), SentryConfig.from_settings())
+
+
+def for_run(
+    configs: Configs,
+    name: str,
+    job,
+    *,
+    ping: str | None,
+    no_ping: bool,
+    tz: str,
+    enabled: bool = True,
+) -> RunMonitors:
+    """The monitors of one run of job `name` (`job`: its crontab.d declaration, or None), with
+    its --ping and --no-ping (which keeps the run from both members)."""
+    rid = str(uuid.uuid4())
+    on = enabled and not no_ping
+    pinger = Pinger(configs.pings, name, override=ping, enabled=on, rid=rid)
+    sentry = configs.sentry
+    monitor = monitor_config(job, tz) if sentry.dsn is not None and on else None
+    return RunMonitors([pinger, CheckIns(sentry, name, rid, monitor=monitor, enabled=on)], rid)
+
+
+def could_not_start(opts, job, message: str) -> None:
+    """A failure for a run that could not start (the lock directory unusable, the database
+    unreachable), with the job's options: /fail, an `error` check-in; no exit status."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .redact import Redactor
+
+    try:
+        watch = for_run(
+            Configs.from_settings(),
+            opts.job_name,
+            job,
+            ping=opts.ping,
+            no_ping=bool(opts.no_ping),
+            tz=settings.TIME_ZONE,
+        )
+    except ImproperlyConfigured:
+        return  # a monitor's own setting is what is wrong: said as such where it is read
+    message = Redactor.from_settings(settings).text(message)
+    watch.finish(None, f"cronops: {message}\n".encode(), kind="fail")

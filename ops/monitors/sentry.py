@@ -1,0 +1,270 @@
+"""Sentry Crons check-ins: a run's start and end, as the second monitor beside healthchecks.io.
+
+A run sends `in_progress` when its job starts and `ok` or `error` with its duration when it
+ends, both under the run's id (its `rid`, which healthchecks.io's pings carry too), to the
+monitor named after the job. Each check-in carries the monitor's config, so the first one
+creates the monitor and later ones keep it in step with crontab.d (Sentry's upsert): the
+schedule, TIME_ZONE, a check-in margin from the job's grace, a maximum runtime from its
+--timeout, derived as sync_healthchecks derives a check. A job without a schedule (@reboot, a
+command run by hand) sends none: its check-ins reach a monitor made in Sentry, or nothing.
+
+They go out as Sentry's envelope protocol (an HTTP POST to the DSN's `/api/<project>/envelope/`)
+through the standard library, with the pings' rules (ops/monitors/pings.py): the start in the
+background, never delaying the job; every request bounded, all of a run's within the ping
+budget; nothing raised; the DSN's key never printed. What Sentry does with them (docs/sentry.md):
+an `error`, a run not closed within its maximum runtime, and a missed run open an issue; a
+missed run is noticed only once the monitor's environment has had a check-in.
+"""
+
+import datetime as dt
+import http.client
+import json
+import logging
+import math
+import threading
+import time
+import urllib.parse
+import uuid
+from dataclasses import dataclass
+
+from .pings import ATTEMPT_TIMEOUT, ATTEMPTS, BACKOFF, MARGIN, RETRY_STATUSES, connection
+
+log = logging.getLogger("ops.sentry")
+
+CLIENT = "cronops/0.1"
+SLUG_MAX = 50  # Sentry cuts a monitor slug to 50 characters
+ENVIRONMENT_MAX = 64  # Relay drops a check-in whose environment is longer
+MAX_RUNTIME_MINUTES = 40320  # Sentry's limit: 28 days
+
+
+class DsnError(ValueError):
+    """A DSN that cannot be used; the message never holds its key."""
+
+
+@dataclass(frozen=True)
+class Dsn:
+    endpoint: str  # https://host[:port]/[path/]api/<project>/envelope/
+    public_key: str
+    host: str  # for messages: where check-ins go (no key)
+
+
+def parse_dsn(dsn: str) -> Dsn:
+    """`scheme://public_key[:secret]@host[:port]/[path/]project_id` → where to send, with what
+    key (Sentry's own reading of a DSN: sentry_sdk.utils.Dsn)."""
+    parts = urllib.parse.urlsplit(dsn.strip())
+    if parts.scheme not in ("http", "https"):
+        raise DsnError("is not an http:// or https:// Sentry DSN")
+    try:
+        port = parts.port
+    except ValueError:
+        raise DsnError("has a bad port") from None
+    if not parts.hostname or not parts.username:
+        raise DsnError("has no public key and host (https://<key>@<host>/<project id>)")
+    path, _, project = parts.path.rstrip("/").rpartition("/")
+    if not project.isdigit():
+        raise DsnError("does not end with a project id (https://<key>@<host>/<project id>)")
+    if parts.query or parts.fragment:
+        raise DsnError("has a query or fragment")
+    netloc = parts.hostname + (f":{port}" if port else "")
+    endpoint = f"{parts.scheme}://{netloc}{path}/api/{project}/envelope/"
+    return Dsn(endpoint=endpoint, public_key=parts.username, host=netloc)
+
+
+@dataclass(frozen=True)
+class SentryConfig:
+    dsn: Dsn | None
+    environment: str = ""
+    budget: float = 10.0
+
+    @classmethod
+    def from_settings(cls) -> "SentryConfig":
+        from .. import conf
+
+        value = conf.sentry_dsn()
+        return cls(
+            dsn=parse_dsn(value) if value else None,
+            environment=conf.sentry_environment(),
+            budget=conf.ping_budget_seconds(),
+        )
+
+
+def monitor_config(job, tz: str) -> dict | None:
+    """The monitor's config for a declared job with a schedule (None without one): what
+    sync_healthchecks gives its check (ops/monitors/hcsync.py), in Sentry's terms (minutes)."""
+    if job is None or not job.cron_expr:
+        return None
+    from ..run.retries import longest_run
+    from .status import grace_seconds
+
+    grace = grace_seconds(job)
+    runtime = longest_run(job.options, job.options.timeout) if job.options.timeout else grace
+    return {
+        "schedule": {"type": "crontab", "value": job.cron_expr},
+        "timezone": tz,
+        "checkin_margin": max(1, math.ceil(grace / 60)),
+        "max_runtime": min(MAX_RUNTIME_MINUTES, max(1, math.ceil(runtime / 60))),
+    }
+
+
+def envelope(payload: dict, *, now: dt.datetime) -> bytes:
+    """One check-in as an envelope: its header, the item's header, the item."""
+    item = json.dumps(payload, separators=(",", ":")).encode()
+    head = {"sent_at": now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+    return b"\n".join(
+        [
+            json.dumps(head, separators=(",", ":")).encode(),
+            json.dumps({"type": "check_in", "length": len(item)}).encode(),
+            item,
+        ]
+    )
+
+
+class CheckIns:
+    """The check-ins of one run (one check-in id)."""
+
+    def __init__(
+        self,
+        config: SentryConfig,
+        job: str,
+        rid: str,
+        *,
+        monitor: dict | None = None,
+        enabled: bool = True,
+    ):
+        self.config, self.job, self.monitor = config, job, monitor
+        self.enabled = enabled and config.dsn is not None
+        self.check_in_id = uuid.UUID(rid).hex
+        self._started: float | None = None  # time.monotonic() of the start
+        self._start_thread: threading.Thread | None = None
+        self._problems: list[tuple[str, str]] = []
+
+    def start(self) -> None:
+        """`in_progress`, from a thread of its own: the job never waits for it."""
+        if not self.enabled or self._started is not None:
+            return
+        self._started = time.monotonic()
+        deadline = self._started + self.config.budget
+        thread = threading.Thread(
+            target=self._send, args=("in_progress", None, deadline), daemon=True,
+            name="cronops-sentry-start",
+        )  # fmt: skip
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had (a process limit): no start
+            self._problems.append(("in_progress", str(exc)))
+            return
+        self._start_thread = thread
+
+    def finish(self, exit_code: int | None, body: bytes = b"", *, kind: str | None = None, **_):
+        """The run's end: `ok` (exit 0) or `error`. A run that ends without its job having run
+        (kind "log": waiting for its upstream; taken over, whose start went out) closes its
+        start as `error` when it sent one (it did not complete here), else sends nothing."""
+        if not self.enabled:
+            return False
+        if kind == "log" and self._started is None:
+            return False
+        status = "ok" if exit_code == 0 and kind is None else "error"
+        deadline = time.monotonic() + self.config.budget
+        if self._start_thread is not None:  # `ok` before `in_progress` still closes the run
+            self._start_thread.join(max(0.0, self.config.budget / 2))
+        duration = None if self._started is None else time.monotonic() - self._started
+        ok = self._send(status, duration, deadline)
+        self._report()
+        return ok
+
+    def log(self, message: str) -> bool:
+        """A skip (already done, busy, paused): no check-in marks it."""
+        return False
+
+    def _send(self, status: str, duration: float | None, deadline: float) -> bool:
+        assert self.config.dsn is not None
+        payload: dict = {
+            "check_in_id": self.check_in_id,
+            "monitor_slug": self.job,
+            "status": status,
+        }
+        if duration is not None:
+            payload["duration"] = round(duration, 3)
+        if self.config.environment:
+            payload["environment"] = self.config.environment
+        if self.monitor is not None:
+            payload["monitor_config"] = self.monitor
+        body = envelope(payload, now=dt.datetime.now(dt.UTC))
+        reason = ""
+        for attempt in range(ATTEMPTS):
+            remaining = deadline - time.monotonic() - MARGIN
+            if remaining <= MARGIN:
+                break
+            try:
+                code, retry_after = self._post(body, min(ATTEMPT_TIMEOUT, remaining), deadline)
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                reason = type(exc).__name__  # never the URL: no key in a message
+            else:
+                if 200 <= code < 300:
+                    return True
+                reason = f"HTTP {code}" + (f", retry after {retry_after} s" if retry_after else "")
+                if code not in RETRY_STATUSES:
+                    break
+            if attempt < len(BACKOFF):
+                time.sleep(max(0.0, min(BACKOFF[attempt], deadline - time.monotonic() - MARGIN)))
+        self._problems.append((status, reason or "no time left in the ping budget"))
+        return False
+
+    def _post(self, body: bytes, timeout: float, deadline: float) -> tuple[int, str]:
+        assert self.config.dsn is not None
+        parts = urllib.parse.urlsplit(self.config.dsn.endpoint)
+        conn = connection(parts, timeout, deadline - MARGIN)
+        auth = (
+            f"Sentry sentry_key={self.config.dsn.public_key}, sentry_version=7, "
+            f"sentry_client={CLIENT}"
+        )
+        headers = {
+            "Content-Type": "application/x-sentry-envelope",
+            "User-Agent": CLIENT,
+            "X-Sentry-Auth": auth,
+        }
+        try:
+            conn.request("POST", parts.path, body=body, headers=headers)
+            response = conn.getresponse()
+            response.read(1000)
+            return response.status, response.headers.get("Retry-After", "").strip()[:10]
+        finally:
+            conn.close()
+
+    def _report(self) -> None:
+        """One line per distinct problem of this run (its start's too), then forget them."""
+        problems, self._problems = self._problems, []
+        seen: dict[str, list[str]] = {}
+        for status, reason in problems:
+            seen.setdefault(reason, [])
+            if status not in seen[reason]:
+                seen[reason].append(status)
+        host = self.config.dsn.host if self.config.dsn else "?"
+        for reason, statuses in seen.items():
+            what = " and ".join(statuses)
+            if reason.startswith("HTTP 429"):
+                why = f"rate-limited by Sentry ({reason})"
+            else:
+                why = f"failed ({reason})"
+            log.warning(
+                "job %s: Sentry %s check-in to %s %s; the job's outcome is unchanged",
+                self.job,
+                what,
+                host,
+                why,
+            )
+
+
+def pause_note(name: str, job, *, resumed: bool = False) -> str:
+    """What a pause (or its end) does to the job's Sentry monitor, one line, "" without Sentry:
+    nothing. Pausing or muting a monitor takes Sentry's UI or an auth token, not the DSN."""
+    from .. import conf
+
+    if not conf.sentry_dsn() or (job is not None and job.options.no_ping):
+        return ""
+    if resumed:
+        return f"Sentry: unmute the monitor {name!r} in Sentry if you muted it for the pause"
+    return (
+        f"Sentry: the monitor {name!r} is not paused (a DSN cannot pause it): mute it in Sentry "
+        "(Crons → the monitor → Mute) to keep its missed runs from opening issues"
+    )
