@@ -20,6 +20,7 @@
 | ops.W006 | warning | a name in OPS_REDACT is neither a setting nor an environment variable |
 | ops.W010 | warning | TIME_ZONE is a legacy tzdata name (`US/Eastern`: a link) |
 | ops.W011 | warning | a job name is longer than Sentry's 50-character monitor slugs |
+| ops.W012 | warning | SENTRY_DSN or SENTRY_ENVIRONMENT is one Sentry check-ins cannot use |
 
 A check whose setting is broken (E006, E007) skips what depends on it instead of failing on it.
 Whether the database has cronops' tables is not a system check (`migrate` runs the checks
@@ -233,6 +234,24 @@ def check_crontabd(app_configs=None, **kwargs):
                 )
             )
     return messages
+
+
+@register(Tags.compatibility, deploy=False)
+def check_sentry(app_configs=None, **kwargs):
+    try:
+        problem = conf.sentry_problem()
+    except conf.SettingError:
+        return []  # E006 says it
+    if problem is None:
+        return []
+    return [
+        Warning(
+            problem,
+            hint="fix it where the project sets it, or give cronops a DSN of its own in "
+            "OPS_SENTRY_DSN (docs/sentry.md)",
+            id="ops.W012",
+        )
+    ]
 
 
 @register(Tags.security, deploy=False)

@@ -296,43 +296,74 @@ def channels(source=None) -> str:
     return _string(name, "*", source)
 
 
-def sentry_dsn(source=None) -> str:
-    """The DSN Sentry Crons check-ins go to: OPS_SENTRY_DSN (for cronops' monitors alone; set
-    empty, none), else SENTRY_DSN (the project's, as Sentry's own docs set it), else "". Never
-    shown: it holds the project's key."""
-    for name in ("OPS_SENTRY_DSN", "SENTRY_DSN"):
-        value = getattr(settings if source is None else source, name, None)
-        if value is None:
-            value = os.environ.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise SettingError(name, "a value (from the setting) is not a string")
-        if value.strip():
-            from .monitors.sentry import DsnError, parse_dsn
+def _sentry_value(name: str, source=None) -> str | None:
+    """A Sentry setting as written (settings, else environment), None when unset; "" counts."""
+    value = getattr(settings if source is None else source, name, None)
+    if value is None:
+        value = os.environ.get(name)
+    if value is not None and not isinstance(value, str):
+        raise SettingError(name, "a value (from the setting) is not a string")
+    return value
 
+
+def sentry_dsn(source=None) -> str:
+    """The DSN Sentry Crons check-ins go to: OPS_SENTRY_DSN (cronops' own: for the monitors
+    alone; set empty, none; a malformed one is an error), else SENTRY_DSN (the project's, as
+    Sentry's own docs set it: one sentry-sdk takes but cronops cannot use turns the check-ins
+    off, ops.W012, and never stops a job), else "". Never shown: it holds the project's key."""
+    from .monitors.sentry import DsnError, parse_dsn
+
+    ours = _sentry_value("OPS_SENTRY_DSN", source)
+    if ours is not None:
+        if ours.strip():
             try:
-                parse_dsn(value)
+                parse_dsn(ours)
             except DsnError as exc:
-                raise SettingError(name, f"the value {exc}") from None
-        return value.strip()
-    return ""
+                raise SettingError("OPS_SENTRY_DSN", f"the value {exc}") from None
+        return ours.strip()
+    theirs = (_sentry_value("SENTRY_DSN", source) or "").strip()
+    if not theirs:
+        return ""
+    try:
+        parse_dsn(theirs)
+    except DsnError:
+        return ""  # sentry_problem says why (ops.W012)
+    return theirs
 
 
 def sentry_environment(source=None) -> str:
-    """SENTRY_ENVIRONMENT: the environment of the check-ins ("": Sentry's default)."""
+    """SENTRY_ENVIRONMENT: the environment of the check-ins ("": Sentry's default). One that
+    Sentry would refuse is left out of the check-ins (ops.W012), never a reason to stop."""
     value = _string("SENTRY_ENVIRONMENT", "", source)
+    return "" if _bad_environment(value) else value
+
+
+def _bad_environment(value: str) -> bool:
     from .monitors.sentry import ENVIRONMENT_MAX
 
-    # Sentry's own rule for environment names: no '/', no line break; Relay's length limit.
-    if len(value) > ENVIRONMENT_MAX or any(c in "/\n\r\f" for c in value):
-        raise _bad(
-            "SENTRY_ENVIRONMENT",
-            value,
-            _raw("SENTRY_ENVIRONMENT", source)[1],
-            f"a name of at most {ENVIRONMENT_MAX} characters without '/' or a line break",
+    # Sentry's own rule for environment names (no '/', no line break); Relay's length limit.
+    return len(value) > ENVIRONMENT_MAX or any(c in "/\n\r\f" for c in value)
+
+
+def sentry_problem(source=None) -> str | None:
+    """Why the project's SENTRY_DSN or SENTRY_ENVIRONMENT cannot be used by cronops's check-ins
+    (they are then off, or sent without the environment), or None."""
+    from .monitors.sentry import DsnError, parse_dsn
+
+    if _sentry_value("OPS_SENTRY_DSN", source) is None:
+        dsn = (_sentry_value("SENTRY_DSN", source) or "").strip()
+        if dsn:
+            try:
+                parse_dsn(dsn)
+            except DsnError as exc:
+                return f"SENTRY_DSN {exc}: no Sentry check-ins are sent"
+    environment = _string("SENTRY_ENVIRONMENT", "", source)
+    if environment and _bad_environment(environment):
+        return (
+            "SENTRY_ENVIRONMENT is not a name Sentry takes (at most 64 characters, no '/' or "
+            "line break): check-ins are sent without it (Sentry's default, production)"
         )
-    return value
+    return None
 
 
 # Every getter, by setting name, for `manage.py check` and docs/settings.md's test.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import uuid
 import zoneinfo
 
@@ -83,8 +84,8 @@ def invalid_config(config: dict) -> str:
     except Exception as exc:  # cronsim's own errors: what Sentry's validator refuses
         return f"crontab {value!r}: {exc}"
     margin, runtime = config.get("checkin_margin"), config.get("max_runtime")
-    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 1:
-        return f"checkin_margin {margin!r} (whole minutes, at least 1)"
+    if not isinstance(margin, int) or isinstance(margin, bool) or not 1 <= margin <= 40320:
+        return f"checkin_margin {margin!r} (whole minutes, 1-40320)"
     if not isinstance(runtime, int) or isinstance(runtime, bool) or not 1 <= runtime <= 40320:
         return f"max_runtime {runtime!r} (whole minutes, 1-40320)"
     if config.get("timezone") not in zoneinfo.available_timezones():
@@ -96,12 +97,14 @@ def invalid_config(config: dict) -> str:
 
 
 class SentryRecorder:
-    """The ingest endpoint. `mode`: "ok" (200, as Relay), "429", "500" (retryable), or
-    "hold" (accepts the connection and never answers: a black hole)."""
+    """The ingest endpoint. `mode`: "ok" (200, as Relay), "429", "500" (retryable), "hold"
+    (accepts the connection and never answers: a black hole), or "slow start" (answers an
+    in_progress `delay` seconds late)."""
 
     def __init__(self, httpserver, project: int = PROJECT, key: str = KEY):
         self.project, self.key = project, key
         self.mode = "ok"
+        self.delay = 2.0
         self.check_ins: list[dict] = []  # in arrival order
         self.events: list[dict] = []  # the other items: a project's own error events
         self.requests: list[tuple[dict, bytes]] = []  # (headers, raw body)
@@ -130,6 +133,8 @@ class SentryRecorder:
         if self.mode == "hold":
             self.release.wait(60)
             return Response("", status=504)
+        if self.mode == "slow start" and b'"in_progress"' in body:
+            time.sleep(self.delay)  # the in_progress is answered late; the run's end is not
         auth = request.headers.get("X-Sentry-Auth", "")
         if f"sentry_key={self.key}" not in auth or "sentry_version=7" not in auth:
             self.problems.append(f"auth header {auth!r}")

@@ -70,6 +70,10 @@ def pause_view(admin, request, name: str):
                 name, job, by=request.user.get_username(), until=end, reason=reason, now=now, tz=tz
             )
             messages.success(request, f"Paused {name} {pauses.describe(pause, tz)}.")
+            from ..monitors.monitors import pause_notes  # only then: the admin stays lean
+
+            for note in pause_notes(name, job):
+                messages.warning(request, note)
             if check is not None:
                 level = messages.SUCCESS if check.ok else messages.ERROR
                 messages.add_message(request, level, f"healthchecks.io: {check.note}")
@@ -95,6 +99,10 @@ def resume_view(admin, request, name: str):
         ended, check = pauses.resume(name, job, by=request.user.get_username(), now=now, tz=tz)
         text = f"Resumed {name}." if ended else f"{name} was not paused."
         messages.success(request, text)
+        from ..monitors.monitors import pause_notes  # only then: the admin stays lean
+
+        for note in pause_notes(name, job, resumed=True) if ended is not None else []:
+            messages.info(request, note)
         if check is not None:
             level = messages.SUCCESS if check.ok else messages.ERROR
             messages.add_message(request, level, f"healthchecks.io: {check.note}")

@@ -8,18 +8,21 @@ one budget whatever the members' servers do. Nothing here raises or changes an e
 """
 
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 
 from .pings import PingConfig, Pinger
 from .sentry import CheckIns, SentryConfig, monitor_config
 
+JOIN_MARGIN = 0.5  # seconds past the deadline a member is waited for (its own cut-off)
+
 
 class RunMonitors:
     """What the runner speaks to: `start()`, `finish(...)`, `log(message)`, `rid`."""
 
-    def __init__(self, members: list, rid: str):
-        self.members, self.rid = members, rid
+    def __init__(self, members: list, rid: str, budget: float):
+        self.members, self.rid, self.budget = members, rid, budget
 
     def start(self) -> None:
         for member in self.members:
@@ -28,32 +31,34 @@ class RunMonitors:
     def finish(self, exit_code: int | None, body: bytes, **how) -> bool:
         """The end of the run (Pinger.finish's arguments); True when a member's request was
         taken."""
-        return self._each(lambda m: m.finish(exit_code, body, **how))
+        return self._each(lambda m, deadline: m.finish(exit_code, body, deadline=deadline, **how))
 
     def log(self, message: str) -> bool:
         """A skip or a note that is no run (already done, busy, paused)."""
-        return self._each(lambda m: m.log(message))
+        return self._each(lambda m, deadline: m.log(message, deadline=deadline))
 
     def _each(self, call) -> bool:
-        """`call` on every member, side by side: each is bounded by the ping budget itself."""
+        """`call` on every member, side by side, all by one deadline: the run's end costs at
+        most one budget (a member still at it then is left to end on its own)."""
+        deadline = time.monotonic() + self.budget
         done = [False] * len(self.members)
 
         def one(i: int) -> None:
-            done[i] = bool(call(self.members[i]))
+            done[i] = bool(call(self.members[i], deadline))
 
         threads = []
         for i in range(1, len(self.members)):
             thread = threading.Thread(target=one, args=(i,), daemon=True, name="cronops-monitor")
             try:
                 thread.start()
-            except RuntimeError:  # no thread to be had: one after the other
+            except RuntimeError:  # no thread to be had: one after the other, same deadline
                 one(i)
                 continue
             threads.append(thread)
         if self.members:
             one(0)
         for thread in threads:
-            thread.join()
+            thread.join(max(0.0, deadline - time.monotonic()) + JOIN_MARGIN)
         return any(done)
 
 
@@ -86,7 +91,8 @@ def for_run(
     pinger = Pinger(configs.pings, name, override=ping, enabled=on, rid=rid)
     sentry = configs.sentry
     monitor = monitor_config(job, tz) if sentry.dsn is not None and on else None
-    return RunMonitors([pinger, CheckIns(sentry, name, rid, monitor=monitor, enabled=on)], rid)
+    members = [pinger, CheckIns(sentry, name, rid, monitor=monitor, enabled=on)]
+    return RunMonitors(members, rid, budget=configs.pings.budget)
 
 
 def could_not_start(opts, job, message: str) -> None:
@@ -110,3 +116,13 @@ def could_not_start(opts, job, message: str) -> None:
         return  # a monitor's own setting is what is wrong: said as such where it is read
     message = Redactor.from_settings(settings).text(message)
     watch.finish(None, f"cronops: {message}\n".encode(), kind="fail")
+
+
+def pause_notes(name: str, job, *, resumed: bool = False) -> list[str]:
+    """What a pause (or its end) did to the job's monitors, one line each, for job_pause,
+    job_resume and the Jobs page. healthchecks.io's check is paused by ops/control/pauses.py
+    (its note comes with the pause); Sentry's monitor cannot be, with a DSN: said here."""
+    from .sentry import pause_note
+
+    note = pause_note(name, job, resumed=resumed)
+    return [note] if note else []

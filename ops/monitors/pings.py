@@ -16,6 +16,7 @@ whose client went away drops it. One that delivers it anyway answers it, late: t
 is then sent again (same rid, within the budget), which closes the run the start reopened.
 """
 
+import contextlib
 import http.client
 import ipaddress
 import logging
@@ -183,17 +184,18 @@ class Pinger:
         head: bytes = b"",
         written: int | None = None,
         cut: bool = False,
+        deadline: float | None = None,
     ) -> bool:
         """The final ping: success (0), /<exit code>, /fail (kind="fail") or /log (kind="log":
-        neither success nor failure).
+        neither success nor failure), by `deadline` (default: the ping budget from now).
 
         The body is `head` (the runner's own note) followed by the end of `body` (the output
         tail), cut to the server's limit: the note must survive the cut, the output's start
         need not. `written` and `cut` as for `cut_body`."""
         if not self.enabled:
             return False
-        deadline = time.monotonic() + self.config.budget
-        self._end_start(self.config.budget / 2)
+        deadline = deadline or time.monotonic() + self.config.budget
+        self._end_start((deadline - time.monotonic()) / 2)
         if kind in ("fail", "log"):
             suffix = f"/{kind}"
         else:
@@ -228,10 +230,10 @@ class Pinger:
         problems, self._problems = self._problems, []
         return "" if ok and not problems else "; ".join(why for _, why in problems)
 
-    def log(self, message: str) -> bool:
+    def log(self, message: str, deadline: float | None = None) -> bool:
         if not self.enabled:
             return False
-        deadline = time.monotonic() + self.config.budget
+        deadline = deadline or time.monotonic() + self.config.budget
         body = cut_body(b"", message.encode(), self.body_limit or DEFAULT_BODY_LIMIT)
         ok = self._send("log", "/log", body, deadline)
         self._report()
@@ -348,30 +350,37 @@ class Pinger:
         parts = urllib.parse.urlsplit(url)
         conn = connection(parts, timeout, deadline)
         start = kind == "start"
+        # A start stays open while the job runs (above); any other ping ends by its deadline,
+        # also against a server that answers a byte at a time.
         try:
-            conn.connect()
-            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            headers = {"User-Agent": "cronops", "Content-Type": "text/plain; charset=utf-8"}
-            if start:
-                with self._gate:
-                    if self._finishing:
-                        raise Cancelled
-                    self._start_sock = conn.sock
-                    written(conn.request, "POST", path, body=body, headers=headers)
-                # Never given up while the job runs: an intermediary holding it could still
-                # deliver it after we left, later than the final ping. `_wake_start` ends the
-                # wait.
-                conn.sock.settimeout(None)
-            else:
-                written(conn.request, "POST", path, body=body, headers=headers)
-            response = written(conn.getresponse)
-            text = written(response.read, 200).decode("utf-8", "replace").strip()[:60]
-            return response.status, response.headers, text
+            with cut_at(conn, None if start else deadline):
+                return self._exchange(conn, parts, body, start)
         finally:
             if start:
                 with self._gate:
                     self._start_sock = None
             conn.close()
+
+    def _exchange(
+        self, conn, parts: urllib.parse.SplitResult, body: bytes, start: bool
+    ) -> tuple[int, http.client.HTTPMessage, str]:
+        conn.connect()
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        headers = {"User-Agent": "cronops", "Content-Type": "text/plain; charset=utf-8"}
+        if start:
+            with self._gate:
+                if self._finishing:
+                    raise Cancelled
+                self._start_sock = conn.sock
+                written(conn.request, "POST", path, body=body, headers=headers)
+            # Never given up while the job runs: an intermediary holding it could still
+            # deliver it after we left, later than the final ping. `_wake_start` ends the wait.
+            conn.sock.settimeout(None)
+        else:
+            written(conn.request, "POST", path, body=body, headers=headers)
+        response = written(conn.getresponse)
+        text = written(response.read, 200).decode("utf-8", "replace").strip()[:60]
+        return response.status, response.headers, text
 
     def _report(self) -> None:
         """One line per distinct problem of this run, then forget them."""
@@ -445,6 +454,40 @@ def resolve(host: str, port: int, timeout: float) -> list[tuple]:
     if "error" in result:
         raise result["error"]
     return result["addresses"]
+
+
+@contextlib.contextmanager
+def cut_at(conn: http.client.HTTPConnection, deadline: float | None):
+    """The request on `conn` ends by `deadline` (time.monotonic()) whatever the server does: a
+    socket timeout bounds each read, not their sum, and a server that answers a byte every
+    second would hold the request for as long as it likes. A timer shuts the socket then, and
+    what was read by then is no answer: TimeoutError."""
+    if deadline is None:
+        yield
+        return
+    cut_off = threading.Event()
+
+    def cut() -> None:
+        sock = conn.sock
+        if sock is not None:
+            cut_off.set()
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    timer: threading.Timer | None = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
+    assert timer is not None
+    timer.daemon = True
+    try:
+        timer.start()
+    except RuntimeError:  # no thread to be had: the per-read timeout is all there is
+        timer = None
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+    if cut_off.is_set():
+        raise TimeoutError("no whole answer within the ping budget")
 
 
 def connection(parts: urllib.parse.SplitResult, timeout: float, deadline: float):

@@ -31,7 +31,8 @@ def known_secrets(settings) -> dict[str, str]:
         "HEALTHCHECKS_API_KEY": _or_default(conf.api_key, settings, ""),
         "DATABASE_URL": os.environ.get("DATABASE_URL", ""),
         "the Sentry DSN": _or_default(conf.sentry_dsn, settings, ""),
-        "the Sentry DSN's key": _dsn_key(_or_default(conf.sentry_dsn, settings, "")),
+        "the Sentry DSN's key": _dsn_part(_or_default(conf.sentry_dsn, settings, ""), 0),
+        "the Sentry DSN's secret": _dsn_part(_or_default(conf.sentry_dsn, settings, ""), 1),
     }
     for alias, database in getattr(settings, "DATABASES", {}).items():
         name = "the database password" if alias == "default" else f"the {alias} database password"
@@ -45,9 +46,12 @@ def known_secrets(settings) -> dict[str, str]:
     return {k: v for k, v in secrets.items() if isinstance(v, str) and len(v) >= MIN_LENGTH}
 
 
-def _dsn_key(dsn: str) -> str:
-    """The public key of a DSN (its user name), "" when there is none."""
-    return dsn.partition("://")[2].partition("@")[0].partition(":")[0] if "@" in dsn else ""
+def _dsn_part(dsn: str, index: int) -> str:
+    """A DSN's public key (0) or its old secret part (1: `key:secret@`), "" when none."""
+    if "@" not in dsn:
+        return ""
+    key, _, secret = dsn.partition("://")[2].partition("@")[0].partition(":")
+    return (key, secret)[index]
 
 
 def _or_default(read, settings, default):

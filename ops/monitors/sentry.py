@@ -17,7 +17,6 @@ missed run is noticed only once the monitor's environment has had a check-in.
 """
 
 import datetime as dt
-import http.client
 import json
 import logging
 import math
@@ -27,14 +26,23 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 
-from .pings import ATTEMPT_TIMEOUT, ATTEMPTS, BACKOFF, MARGIN, RETRY_STATUSES, connection
+from .pings import (
+    ATTEMPT_TIMEOUT,
+    ATTEMPTS,
+    BACKOFF,
+    MARGIN,
+    RETRY_STATUSES,
+    ResolveTimeout,
+    connection,
+    cut_at,
+)
 
 log = logging.getLogger("ops.sentry")
 
 CLIENT = "cronops/0.1"
 SLUG_MAX = 50  # Sentry cuts a monitor slug to 50 characters
 ENVIRONMENT_MAX = 64  # Relay drops a check-in whose environment is longer
-MAX_RUNTIME_MINUTES = 40320  # Sentry's limit: 28 days
+MAX_MINUTES = 40320  # Sentry's limit on a margin and a runtime: 28 days
 
 
 class DsnError(ValueError):
@@ -46,13 +54,14 @@ class Dsn:
     endpoint: str  # https://host[:port]/[path/]api/<project>/envelope/
     public_key: str
     host: str  # for messages: where check-ins go (no key)
+    secret: str = ""  # an old DSN's secret part (key:secret@): sent nowhere, redacted
 
 
 def parse_dsn(dsn: str) -> Dsn:
     """`scheme://public_key[:secret]@host[:port]/[path/]project_id` → where to send, with what
-    key (Sentry's own reading of a DSN: sentry_sdk.utils.Dsn)."""
+    key, as sentry-sdk reads a DSN (sentry_sdk.utils.Dsn: a query or fragment is ignored)."""
     parts = urllib.parse.urlsplit(dsn.strip())
-    if parts.scheme not in ("http", "https"):
+    if parts.scheme.lower() not in ("http", "https"):
         raise DsnError("is not an http:// or https:// Sentry DSN")
     try:
         port = parts.port
@@ -63,11 +72,10 @@ def parse_dsn(dsn: str) -> Dsn:
     path, _, project = parts.path.rstrip("/").rpartition("/")
     if not project.isdigit():
         raise DsnError("does not end with a project id (https://<key>@<host>/<project id>)")
-    if parts.query or parts.fragment:
-        raise DsnError("has a query or fragment")
-    netloc = parts.hostname + (f":{port}" if port else "")
-    endpoint = f"{parts.scheme}://{netloc}{path}/api/{project}/envelope/"
-    return Dsn(endpoint=endpoint, public_key=parts.username, host=netloc)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # IPv6
+    netloc = host + (f":{port}" if port else "")
+    endpoint = f"{parts.scheme.lower()}://{netloc}{path}/api/{project}/envelope/"
+    return Dsn(endpoint, parts.username, netloc, secret=parts.password or "")
 
 
 @dataclass(frozen=True)
@@ -101,8 +109,8 @@ def monitor_config(job, tz: str) -> dict | None:
     return {
         "schedule": {"type": "crontab", "value": job.cron_expr},
         "timezone": tz,
-        "checkin_margin": max(1, math.ceil(grace / 60)),
-        "max_runtime": min(MAX_RUNTIME_MINUTES, max(1, math.ceil(runtime / 60))),
+        "checkin_margin": min(MAX_MINUTES, max(1, math.ceil(grace / 60))),
+        "max_runtime": min(MAX_MINUTES, max(1, math.ceil(runtime / 60))),
     }
 
 
@@ -137,6 +145,14 @@ class CheckIns:
         self._started: float | None = None  # time.monotonic() of the start
         self._start_thread: threading.Thread | None = None
         self._problems: list[tuple[str, str]] = []
+        if self.enabled and len(job) > SLUG_MAX:  # Sentry would cut it: another job's monitor?
+            self.enabled = False
+            log.warning(
+                "job %s…: no Sentry check-ins: the name is longer than the %d characters of a "
+                "monitor's slug (give it a shorter --name)",
+                job[:SLUG_MAX],
+                SLUG_MAX,
+            )
 
     def start(self) -> None:
         """`in_progress`, from a thread of its own: the job never waits for it."""
@@ -155,24 +171,34 @@ class CheckIns:
             return
         self._start_thread = thread
 
-    def finish(self, exit_code: int | None, body: bytes = b"", *, kind: str | None = None, **_):
-        """The run's end: `ok` (exit 0) or `error`. A run that ends without its job having run
-        (kind "log": waiting for its upstream; taken over, whose start went out) closes its
-        start as `error` when it sent one (it did not complete here), else sends nothing."""
+    def finish(
+        self,
+        exit_code: int | None,
+        body: bytes = b"",
+        *,
+        kind: str | None = None,
+        deadline: float | None = None,
+        **_: object,
+    ) -> bool:
+        """The run's end: `ok` (exit 0) or `error`, by `deadline`. A run that ends without its
+        job having run (kind "log": waiting for its upstream; taken over, whose start went out)
+        closes its start as `error` when it sent one (it did not complete here), else sends
+        nothing."""
         if not self.enabled:
             return False
         if kind == "log" and self._started is None:
             return False
+        now = time.monotonic()
+        duration = None if self._started is None else now - self._started  # the run's own
         status = "ok" if exit_code == 0 and kind is None else "error"
-        deadline = time.monotonic() + self.config.budget
+        deadline = deadline or now + self.config.budget
         if self._start_thread is not None:  # `ok` before `in_progress` still closes the run
-            self._start_thread.join(max(0.0, self.config.budget / 2))
-        duration = None if self._started is None else time.monotonic() - self._started
+            self._start_thread.join(max(0.0, (deadline - now) / 2))
         ok = self._send(status, duration, deadline)
         self._report()
         return ok
 
-    def log(self, message: str) -> bool:
+    def log(self, message: str, deadline: float | None = None) -> bool:
         """A skip (already done, busy, paused): no check-in marks it."""
         return False
 
@@ -197,8 +223,9 @@ class CheckIns:
                 break
             try:
                 code, retry_after = self._post(body, min(ATTEMPT_TIMEOUT, remaining), deadline)
-            except (OSError, ValueError, http.client.HTTPException) as exc:
-                reason = type(exc).__name__  # never the URL: no key in a message
+            except Exception as exc:  # whatever it is, the run goes on: one line says it
+                # Never the text of an exception but ours: it may carry the URL.
+                reason = str(exc) if isinstance(exc, ResolveTimeout) else type(exc).__name__
             else:
                 if 200 <= code < 300:
                     return True
@@ -224,10 +251,11 @@ class CheckIns:
             "X-Sentry-Auth": auth,
         }
         try:
-            conn.request("POST", parts.path, body=body, headers=headers)
-            response = conn.getresponse()
-            response.read(1000)
-            return response.status, response.headers.get("Retry-After", "").strip()[:10]
+            with cut_at(conn, deadline - MARGIN):  # a server that answers a byte at a time
+                conn.request("POST", parts.path, body=body, headers=headers)
+                response = conn.getresponse()
+                response.read(1000)
+                return response.status, response.headers.get("Retry-After", "").strip()[:10]
         finally:
             conn.close()
 

@@ -61,6 +61,7 @@ def main(
             os.close(fd)
         _no_terminal_stdin()
         _standard_streams()
+        _own_error_reporting()
         reporter = Reporter(report)
         for name, value in environ.items():  # one thread here: a safe time to write environ
             if value is None:
@@ -84,6 +85,22 @@ def main(
                 stream.flush()
         _flush_error_reporting()
         os._exit(code)
+
+
+def _own_error_reporting() -> None:
+    """The project's sentry_sdk client (its settings' `sentry_sdk.init`) came with the fork:
+    its queue holds what run_job's process had not sent yet, and its pool run_job's open
+    connections. The job gets a transport of its own, so that it sends only what it reports,
+    once, on connections of its own."""
+    sentry_sdk = sys.modules.get("sentry_sdk")
+    if sentry_sdk is None:
+        return
+    with contextlib.suppress(Exception):
+        from sentry_sdk.transport import make_transport
+
+        client = sentry_sdk.get_client()
+        if client.is_active() and client.transport is not None:
+            client.transport = make_transport(client.options)
 
 
 def _flush_error_reporting() -> None:
@@ -172,7 +189,7 @@ def _uncaught(exc: Exception) -> None:
             stream.flush()
     try:
         sys.excepthook(type(exc), exc, exc.__traceback__)
-    except Exception:
+    except BaseException:  # a hook of the project's that raises (even SystemExit)
         _write(2, traceback.format_exc())
 
 

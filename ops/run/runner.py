@@ -567,21 +567,21 @@ def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") ->
         # The lock directory cannot be used (read-only or full file system, permissions):
         # nothing can run on this host until it is fixed, so monitoring hears about it.
         say(f"error: {exc}", stderr)
-        _fail_ping(plan, argv, str(exc))
+        _could_not_start(plan, argv, str(exc))
         return 1
     except patience.Locked as exc:  # another writer held the database for the whole bound
         say(f"error: {exc}", stderr)
-        _fail_ping(plan, argv, str(exc))
+        _could_not_start(plan, argv, str(exc))
         return 1
     except DatabaseError as exc:
         hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
         say(f"error: database unavailable: {one_line(exc)}{hint}", stderr)
-        _fail_ping(plan, argv, f"database unavailable: {one_line(exc)}{hint}")
+        _could_not_start(plan, argv, f"database unavailable: {one_line(exc)}{hint}")
         return 1
 
 
-def _fail_ping(plan: Plan | None, argv: list[str], message: str) -> None:
-    """A /fail ping for a run that could not start, with the job's declared ping options."""
+def _could_not_start(plan: Plan | None, argv: list[str], message: str) -> None:
+    """Tell the monitors of a run that could not start, with the job's declared options."""
     if plan is not None:
         opts = plan.options
     else:

@@ -50,10 +50,10 @@ class Command(BaseCommand):
             self.stdout.write(f"{name} was paused already; now paused {pauses.describe(pause, tz)}")
         else:
             self.stdout.write(f"paused {name} {pauses.describe(pause, tz)}")
-        from ops.monitors.sentry import pause_note
+        from ops.monitors.monitors import pause_notes
 
-        if sentry := pause_note(name, job):
-            self.stdout.write(sentry)
+        for note in pause_notes(name, job):
+            self.stdout.write(note)
         if check is not None:
             line = f"healthchecks.io: {check.note}"
             if not check.ok:

@@ -39,10 +39,10 @@ class Command(BaseCommand):
             self.stdout.write(f"{name} is not paused")
         else:
             self.stdout.write(f"resumed {name} (paused {pauses.describe(ended, tz)})")
-        from ops.monitors.sentry import pause_note
+        from ops.monitors.monitors import pause_notes
 
-        if ended is not None and (sentry := pause_note(name, job, resumed=True)):
-            self.stdout.write(sentry)
+        for note in pause_notes(name, job, resumed=True) if ended is not None else []:
+            self.stdout.write(note)
         if check is not None:
             line = f"healthchecks.io: {check.note}"
             if not check.ok:
