@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..run.output import truncation_notice, utf8_end, utf8_start
@@ -287,18 +287,11 @@ class Pinger:
     ) -> bool:
         url = f"{self.url}{suffix}?{with_rid(self.query, self.rid)}"
         reason = ""
-        for attempt in range(ATTEMPTS):
+        for timeout in tries(deadline):
             if kind == "start" and self._finishing:
                 return False
-            # The budget is a bound, not a target: keep a margin for the connection's setup
-            # and teardown, so a server that never answers costs at most the budget.
-            remaining = deadline - time.monotonic() - MARGIN
-            if remaining <= MARGIN:
-                break
             try:
-                status, headers, text = self._post(
-                    url, body, min(ATTEMPT_TIMEOUT, remaining), deadline - MARGIN, kind
-                )
+                status, headers, text = self._post(url, body, timeout, deadline - MARGIN, kind)
             except Cancelled:
                 return False
             except Unanswered as exc:
@@ -334,8 +327,6 @@ class Pinger:
                     # /start) may cut inside a character, and one filtering by body then
                     # fails to decode it: retry with a body that any cut leaves valid.
                     body = escaped() if escaped else ascii_safe(body)[: len(body)]
-            if attempt < len(BACKOFF):
-                time.sleep(max(0.0, min(BACKOFF[attempt], deadline - time.monotonic() - MARGIN)))
         self._problems.append((kind, reason or "no time left in the ping budget"))
         return False
 
@@ -385,12 +376,7 @@ class Pinger:
     def _report(self) -> None:
         """One line per distinct problem of this run, then forget them."""
         problems, self._problems = self._problems, []
-        seen: dict[str, list[str]] = {}
-        for kind, reason in problems:
-            seen.setdefault(reason, [])
-            if kind not in seen[reason]:
-                seen[reason].append(kind)
-        for reason, kinds in seen.items():
+        for reason, kinds in distinct(problems).items():
             log.warning("job %s: %s", self.job, self._explain(reason, kinds))
 
     def _explain(self, reason: str, kinds: list[str]) -> str:
@@ -419,6 +405,30 @@ class Pinger:
         if reason.startswith("answered "):
             return f"{what} {reason}"
         return f"{what} failed ({reason}); the job's outcome is unchanged"
+
+
+def tries(deadline: float) -> Iterator[float]:
+    """The timeouts of a request's attempts (ATTEMPTS at most, BACKOFF between them), all
+    within `deadline` (time.monotonic()): the budget is a bound, not a target, and a margin is
+    kept for a connection's setup and teardown, so that a server that never answers costs at
+    most the budget. The caller breaks out on an answer that is not retried."""
+    for attempt in range(ATTEMPTS):
+        remaining = deadline - time.monotonic() - MARGIN
+        if remaining <= MARGIN:
+            return
+        yield min(ATTEMPT_TIMEOUT, remaining)
+        if attempt < len(BACKOFF):
+            time.sleep(max(0.0, min(BACKOFF[attempt], deadline - time.monotonic() - MARGIN)))
+
+
+def distinct(problems: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """{reason: the kinds of request it struck}, in order: one line per reason, not per try."""
+    seen: dict[str, list[str]] = {}
+    for kind, reason in problems:
+        kinds = seen.setdefault(reason, [])
+        if kind not in kinds:
+            kinds.append(kind)
+    return seen
 
 
 def written(call: Callable, *args, **kwargs):

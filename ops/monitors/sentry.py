@@ -26,16 +26,7 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 
-from .pings import (
-    ATTEMPT_TIMEOUT,
-    ATTEMPTS,
-    BACKOFF,
-    MARGIN,
-    RETRY_STATUSES,
-    ResolveTimeout,
-    connection,
-    cut_at,
-)
+from .pings import MARGIN, RETRY_STATUSES, ResolveTimeout, connection, cut_at, distinct, tries
 
 log = logging.getLogger("ops.sentry")
 
@@ -217,12 +208,9 @@ class CheckIns:
             payload["monitor_config"] = self.monitor
         body = envelope(payload, now=dt.datetime.now(dt.UTC))
         reason = ""
-        for attempt in range(ATTEMPTS):
-            remaining = deadline - time.monotonic() - MARGIN
-            if remaining <= MARGIN:
-                break
+        for timeout in tries(deadline):
             try:
-                code, retry_after = self._post(body, min(ATTEMPT_TIMEOUT, remaining), deadline)
+                code, retry_after = self._post(body, timeout, deadline)
             except Exception as exc:  # whatever it is, the run goes on: one line says it
                 # Never the text of an exception but ours: it may carry the URL.
                 reason = str(exc) if isinstance(exc, ResolveTimeout) else type(exc).__name__
@@ -232,8 +220,6 @@ class CheckIns:
                 reason = f"HTTP {code}" + (f", retry after {retry_after} s" if retry_after else "")
                 if code not in RETRY_STATUSES:
                     break
-            if attempt < len(BACKOFF):
-                time.sleep(max(0.0, min(BACKOFF[attempt], deadline - time.monotonic() - MARGIN)))
         self._problems.append((status, reason or "no time left in the ping budget"))
         return False
 
@@ -262,13 +248,8 @@ class CheckIns:
     def _report(self) -> None:
         """One line per distinct problem of this run (its start's too), then forget them."""
         problems, self._problems = self._problems, []
-        seen: dict[str, list[str]] = {}
-        for status, reason in problems:
-            seen.setdefault(reason, [])
-            if status not in seen[reason]:
-                seen[reason].append(status)
         host = self.config.dsn.host if self.config.dsn else "?"
-        for reason, statuses in seen.items():
+        for reason, statuses in distinct(problems).items():
             what = " and ".join(statuses)
             if reason.startswith("HTTP 429"):
                 why = f"rate-limited by Sentry ({reason})"
