@@ -220,7 +220,7 @@ def check_crontabd(app_configs=None, **kwargs):
                     id="ops.W001",
                 )
             )
-        from .monitors.sentry import SLUG_MAX
+        from .monitors.dsn import SLUG_MAX
 
         long = [j.name for j in schedule.jobs if len(j.name) > SLUG_MAX and not j.options.no_ping]
         if sentry and long:

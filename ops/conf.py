@@ -311,11 +311,11 @@ def sentry_dsn(source=None) -> str:
     alone; set empty, none; a malformed one is an error), else SENTRY_DSN (the project's, as
     Sentry's own docs set it: one sentry-sdk takes but cronops cannot use turns the check-ins
     off, ops.W012, and never stops a job), else "". Never shown: it holds the project's key."""
-    from .monitors.sentry import DsnError, parse_dsn
-
     ours = _sentry_value("OPS_SENTRY_DSN", source)
     if ours is not None:
         if ours.strip():
+            from .monitors.dsn import DsnError, parse_dsn  # only then: other commands stay lean
+
             try:
                 parse_dsn(ours)
             except DsnError as exc:
@@ -324,6 +324,8 @@ def sentry_dsn(source=None) -> str:
     theirs = (_sentry_value("SENTRY_DSN", source) or "").strip()
     if not theirs:
         return ""
+    from .monitors.dsn import DsnError, parse_dsn
+
     try:
         parse_dsn(theirs)
     except DsnError:
@@ -339,7 +341,9 @@ def sentry_environment(source=None) -> str:
 
 
 def _bad_environment(value: str) -> bool:
-    from .monitors.sentry import ENVIRONMENT_MAX
+    if not value:
+        return False
+    from .monitors.dsn import ENVIRONMENT_MAX
 
     # Sentry's own rule for environment names (no '/', no line break); Relay's length limit.
     return len(value) > ENVIRONMENT_MAX or any(c in "/\n\r\f" for c in value)
@@ -348,11 +352,11 @@ def _bad_environment(value: str) -> bool:
 def sentry_problem(source=None) -> str | None:
     """Why the project's SENTRY_DSN or SENTRY_ENVIRONMENT cannot be used by cronops's check-ins
     (they are then off, or sent without the environment), or None."""
-    from .monitors.sentry import DsnError, parse_dsn
-
     if _sentry_value("OPS_SENTRY_DSN", source) is None:
         dsn = (_sentry_value("SENTRY_DSN", source) or "").strip()
         if dsn:
+            from .monitors.dsn import DsnError, parse_dsn
+
             try:
                 parse_dsn(dsn)
             except DsnError as exc:

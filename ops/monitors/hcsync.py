@@ -39,9 +39,9 @@ from .. import conf
 from ..schedule.crontabd import Job, Schedule
 from ..schedule.durations import format_duration
 from ..schedule.tznames import same_rules
+from .grace import grace_seconds
 from .hcapi import ApiError, HealthchecksAPI, check_uuid
 from .hcarm import elsewhere, names_uuid
-from .status import grace_seconds
 
 MAX_SECONDS = 31_536_000  # the API's limit for timeout and grace
 REBOOT_TIMEOUT = MAX_SECONDS

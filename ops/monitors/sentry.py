@@ -26,47 +26,13 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 
+from .dsn import SLUG_MAX, Dsn, DsnError, parse_dsn  # noqa: F401  (callers' names for them)
 from .pings import MARGIN, RETRY_STATUSES, ResolveTimeout, connection, cut_at, distinct, tries
 
 log = logging.getLogger("ops.sentry")
 
 CLIENT = "cronops/0.1"
-SLUG_MAX = 50  # Sentry cuts a monitor slug to 50 characters
-ENVIRONMENT_MAX = 64  # Relay drops a check-in whose environment is longer
 MAX_MINUTES = 40320  # Sentry's limit on a margin and a runtime: 28 days
-
-
-class DsnError(ValueError):
-    """A DSN that cannot be used; the message never holds its key."""
-
-
-@dataclass(frozen=True)
-class Dsn:
-    endpoint: str  # https://host[:port]/[path/]api/<project>/envelope/
-    public_key: str
-    host: str  # for messages: where check-ins go (no key)
-    secret: str = ""  # an old DSN's secret part (key:secret@): sent nowhere, redacted
-
-
-def parse_dsn(dsn: str) -> Dsn:
-    """`scheme://public_key[:secret]@host[:port]/[path/]project_id` → where to send, with what
-    key, as sentry-sdk reads a DSN (sentry_sdk.utils.Dsn: a query or fragment is ignored)."""
-    parts = urllib.parse.urlsplit(dsn.strip())
-    if parts.scheme.lower() not in ("http", "https"):
-        raise DsnError("is not an http:// or https:// Sentry DSN")
-    try:
-        port = parts.port
-    except ValueError:
-        raise DsnError("has a bad port") from None
-    if not parts.hostname or not parts.username:
-        raise DsnError("has no public key and host (https://<key>@<host>/<project id>)")
-    path, _, project = parts.path.rstrip("/").rpartition("/")
-    if not project.isdigit():
-        raise DsnError("does not end with a project id (https://<key>@<host>/<project id>)")
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # IPv6
-    netloc = host + (f":{port}" if port else "")
-    endpoint = f"{parts.scheme.lower()}://{netloc}{path}/api/{project}/envelope/"
-    return Dsn(endpoint, parts.username, netloc, secret=parts.password or "")
 
 
 @dataclass(frozen=True)
@@ -93,7 +59,7 @@ def monitor_config(job, tz: str) -> dict | None:
     if job is None or not job.cron_expr:
         return None
     from ..run.retries import longest_run
-    from .status import grace_seconds
+    from .grace import grace_seconds
 
     grace = grace_seconds(job)
     runtime = longest_run(job.options, job.options.timeout) if job.options.timeout else grace

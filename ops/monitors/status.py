@@ -45,6 +45,7 @@ from ..run import claims
 from ..schedule.crontabd import Job, Schedule
 from ..schedule.durations import human_duration
 from ..schedule.slots import Slot, current_slot, next_fire, wall_clock
+from .grace import grace_seconds
 
 OK, RUNNING, FAILING, OVERDUE, NEVER_RUN = "ok", "running", "failing", "overdue", "never run"
 PAUSED = "paused"
@@ -63,8 +64,6 @@ FAILURES = (
 NOT_ATTEMPTS = (Outcome.SKIPPED, Outcome.TAKEN_OVER)
 WINDOW = 20  # recent attempts read per job: medians and the failure streak come from these
 CHUNK = 100  # jobs per statement: 200 compound terms, under SQLite's limit of 500
-MIN_GRACE = 60.0  # healthchecks.io's minimum grace
-DEFAULT_GRACE = 3600.0
 
 _RUN_FIELDS = (
     "id",
@@ -81,26 +80,6 @@ _RUN_FIELDS = (
     "lag",
     "host",
 )
-
-
-def default_grace() -> float:
-    """OPS_DEFAULT_GRACE (settings, from the environment / .env), default one hour."""
-    grace = conf.default_grace()  # at most 365 days, like --timeout (ops/conf.py)
-    return DEFAULT_GRACE if grace is None else grace
-
-
-def grace_seconds(job: Job | None) -> float:
-    """How long after a slot its run may take before the job counts as overdue: its --timeout
-    for each attempt (--retries) plus the waits between them and --after's, else
-    OPS_DEFAULT_GRACE for the whole run plus those waits."""
-    timeout = job.options.timeout if job is not None else None
-    if job is None:
-        return max(MIN_GRACE, default_grace())
-    from ..run.retries import longest_run  # only for a declared job: job_status stays lean
-
-    if timeout:
-        return max(MIN_GRACE, longest_run(job.options, timeout))
-    return max(MIN_GRACE, default_grace() + longest_run(job.options, 0.0))
 
 
 @dataclass

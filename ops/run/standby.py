@@ -134,7 +134,7 @@ def run_bound(options: RunOptions, heartbeat: float) -> float | None:
     except StandbySettingError as exc:
         raise UsageError(str(exc)) from None
     if on is True and not options.timeout:
-        from ..monitors.status import default_grace  # only then: the runner's start-up stays lean
+        from ..monitors.grace import default_grace
 
         grace = default_grace()
     else:
