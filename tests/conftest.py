@@ -748,3 +748,25 @@ def add_echo_args(directory: Path) -> None:
     """Give a deployed copy an `echo_args` management command (test-only)."""
     target = directory / "commands" / "management" / "commands" / "echo_args.py"
     target.write_text(ECHO_ARGS)
+
+
+def app_of_its_own(user, templates, cron: str = "") -> tuple[str, Path]:
+    """A deployed copy in `user`'s home, owned by `user`, on a migrated SQLite database, with a
+    .env (DATABASE_URL, SECRET_KEY) and `cron` as crontab.d/t.cron: (a Python `user` can run,
+    the copy's directory). Skips (fails in CI) without such a Python."""
+    import shutil
+
+    from .test_cron_e2e import python_for
+
+    python = python_for(user.name)
+    require(python is not None, f"no Python that {user.name} can execute")
+    assert python is not None
+    app = copy_tree(user.home / "app")
+    shutil.copy2(templates["sqlite"], app / "db.sqlite3")
+    (app / ".env").write_text(
+        f"DATABASE_URL=sqlite:///{app / 'db.sqlite3'}\nSECRET_KEY={'z' * 50}\n"
+    )
+    if cron:
+        (app / "crontab.d" / "t.cron").write_text(cron)
+    subprocess.run(["chown", "-R", f"{user.name}:{user.name}", str(app)], check=True)
+    return python, app

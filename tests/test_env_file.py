@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import REPO, base_env, copy_tree, require
-from .test_cron_e2e import python_for
+from .conftest import REPO, app_of_its_own, base_env, require
 
 ANSIBLE = Path(sys.executable).parent / "ansible"
 TEMPLATE = REPO / "ansible" / "roles" / "cronops" / "templates" / "env.j2"
@@ -129,13 +128,8 @@ def test_a_root_owned_env_file_readable_by_the_apps_group_is_the_recommended_lay
 ):
     """What the Ansible role writes (root:<app group> 0640): the app reads it, cannot rewrite
     it, and `manage.py check` does not warn about it (it used to: ops.W002)."""
-    python = python_for(cron_user.name)
-    require(python is not None, f"no Python that {cron_user.name} can execute")
-    app = copy_tree(cron_user.home / "app")
-    shutil.copy2(migrated_templates["sqlite"], app / "db.sqlite3")
+    python, app = app_of_its_own(cron_user, migrated_templates)
     env_file = app / ".env"
-    env_file.write_text(f"DATABASE_URL=sqlite:///{app / 'db.sqlite3'}\nSECRET_KEY={'z' * 50}\n")
-    subprocess.run(["chown", "-R", f"{cron_user.name}:{cron_user.name}", str(app)], check=True)
     shutil.chown(env_file, "root", cron_user.name)
     env_file.chmod(0o640)
 

@@ -1,14 +1,12 @@
 """A `.env` that cannot be loaded whole: one line naming the file and the line, exit 2, nothing
 run or recorded (issue 20, item 4). Real processes: the settings module loads it at start-up."""
 
-import shutil
 import sqlite3
 import subprocess
 
 import pytest
 
-from .conftest import base_env, copy_tree, require
-from .test_cron_e2e import python_for
+from .conftest import app_of_its_own, base_env
 
 
 @pytest.mark.parametrize(
@@ -94,14 +92,9 @@ def test_a_env_file_its_user_may_not_read_is_exit_2_and_no_other_database_is_mad
     """Issue 29, item 7, with a `.env` mode 000: run as a user of its own (root reads any file).
     Before, this was already one line and exit 2, but `manage.py check` called it a line to fix
     (ops.E010)."""
-    python = python_for(cron_user.name)
-    require(python is not None, f"no Python that {cron_user.name} can execute")
-    app = copy_tree(cron_user.home / "app")
-    shutil.copy2(migrated_templates["sqlite"], app / "db.sqlite3")
+    cron = "0 3 * * * --no-ping sleep_demo --seconds=0\n"
+    python, app = app_of_its_own(cron_user, migrated_templates, cron)
     env = app / ".env"
-    env.write_text(f"DATABASE_URL=sqlite:///{app / 'db.sqlite3'}\nSECRET_KEY={'z' * 50}\n")
-    (app / "crontab.d" / "t.cron").write_text("0 3 * * * --no-ping sleep_demo --seconds=0\n")
-    subprocess.run(["chown", "-R", f"{cron_user.name}:{cron_user.name}", str(app)], check=True)
     env.chmod(0o000)
     said = f"{env}: cannot be read (Permission denied); nothing was loaded"
 
@@ -133,15 +126,8 @@ def test_a_process_limit_that_leaves_run_job_no_thread_still_records_the_run(
     output and keep its claim alive: a traceback, no record, the claim left running. Now the
     attempt is recorded failed, saying why, and the claim is released. Run as a user of its own
     (root's limit is not enforced) with 2 tasks: run_job and its job."""
-    python = python_for(cron_user.name)
-    require(python is not None, f"no Python that {cron_user.name} can execute")
-    app = copy_tree(cron_user.home / "app")
-    shutil.copy2(migrated_templates["sqlite"], app / "db.sqlite3")
-    (app / ".env").write_text(
-        f"DATABASE_URL=sqlite:///{app / 'db.sqlite3'}\nSECRET_KEY={'z' * 50}\nTIME_ZONE=UTC\n"
-    )
-    (app / "crontab.d" / "t.cron").write_text("0 3 * * * --no-ping sleep_demo --seconds=0\n")
-    subprocess.run(["chown", "-R", f"{cron_user.name}:{cron_user.name}", str(app)], check=True)
+    cron = "0 3 * * * --no-ping sleep_demo --seconds=0\n"
+    python, app = app_of_its_own(cron_user, migrated_templates, cron)
     as_user = ["prlimit", "--nproc=2:2", "runuser", "-u", cron_user.name, "--"]
     result = subprocess.run(
         [*as_user, python, "manage.py", "run_job", "sleep_demo"],

@@ -321,6 +321,31 @@ def test_a_ping_retried_while_the_job_has_closed_its_descriptors_never_takes_the
     httpserver.check_handler_errors()  # a wait in the handler that gave up fails here
 
 
+def into_a_reader_that_does_not_read(project, job: str, stderr_too: bool = False):
+    """`run_job job` with its stdout (and stderr) on a pipe whose read end is held open and
+    not read: (the process, the read end, for the test to read or close)."""
+    reader, writer = os.pipe()
+    proc = subprocess.Popen(
+        project.command("run_job", job),
+        cwd=project.dir,
+        env=base_env(),
+        stdout=writer,
+        stderr=writer if stderr_too else None,
+    )
+    os.close(writer)
+    return proc, reader
+
+
+def recorded(project, fields: str) -> tuple:
+    """`fields` of the one run, once it is recorded (no longer `running`)."""
+
+    def outcome():
+        rows = project.db.query(f"SELECT {fields} FROM ops_jobrun")
+        return rows and rows[0][0] != "running" and rows[0]
+
+    return wait_until(outcome, "the run's record", timeout=60)
+
+
 def _when(value) -> dt.datetime:
     """A timestamp as either database gives it back, aware (UTC)."""
     if isinstance(value, str):  # SQLite
@@ -338,15 +363,7 @@ def test_a_reader_that_never_reads_holds_neither_the_record_nor_the_heartbeat(pr
         "t_flood", "sys.stdout.write('x' * 2_000_000 + '\\n'); sys.stdout.flush(); time.sleep(60)"
     )
     project.write_cron("t.cron", f"{DAILY} --no-ping --timeout=3s --kill-after=5s t_flood\n")
-    reader, writer = os.pipe()  # the reader end stays open and is never read
-    proc = subprocess.Popen(
-        project.command("run_job", "t_flood"),
-        cwd=project.dir,
-        env=base_env(),
-        stdout=writer,
-        stderr=writer,
-    )
-    os.close(writer)
+    proc, reader = into_a_reader_that_does_not_read(project, "t_flood", stderr_too=True)
     ages: list[float] = []
 
     def recorded():
@@ -379,18 +396,9 @@ def test_a_reader_that_stops_reading_neither_slows_the_job_nor_loses_its_output(
     size = 2_000_000
     project.add_command("t_flood", f"sys.stdout.write('x' * {size} + '\\n')")
     project.write_cron("t.cron", f"{DAILY} --no-ping --timeout=1m t_flood\n")
-    reader, writer = os.pipe()
-    proc = subprocess.Popen(
-        project.command("run_job", "t_flood"), cwd=project.dir, env=base_env(), stdout=writer
-    )
-    os.close(writer)
+    proc, reader = into_a_reader_that_does_not_read(project, "t_flood")
     try:
-
-        def outcome():
-            rows = project.db.query("SELECT outcome, exit_code, note FROM ops_jobrun")
-            return rows and rows[0][0] != "running" and rows[0]
-
-        assert wait_until(outcome, "the run's record", timeout=60) == ("succeeded", 0, "")
+        assert recorded(project, "outcome, exit_code, note") == ("succeeded", 0, "")
         assert proc.poll() is None  # what the reader has not taken yet is still to be written
         received = b""
         while chunk := os.read(reader, 1 << 16):
@@ -428,18 +436,9 @@ def test_what_a_stalled_reader_leaves_is_bounded_and_then_the_job_waits_for_it(s
         "t_flood", "chunk = 'x' * (1 << 20)\nfor _ in range(200):\n    sys.stdout.write(chunk)"
     )
     project.write_cron("t.cron", f"{DAILY} --no-ping --timeout=5s t_flood\n")
-    reader, writer = os.pipe()
-    proc = subprocess.Popen(
-        project.command("run_job", "t_flood"), cwd=project.dir, env=base_env(), stdout=writer
-    )
-    os.close(writer)
+    proc, reader = into_a_reader_that_does_not_read(project, "t_flood")
     try:
-
-        def outcome():
-            rows = project.db.query("SELECT outcome, exit_code FROM ops_jobrun")
-            return rows and rows[0][0] != "running" and rows[0]
-
-        assert wait_until(outcome, "the run's record", timeout=60) == ("timed_out", 124)
+        assert recorded(project, "outcome, exit_code") == ("timed_out", 124)
         assert proc.poll() is None
         [spill] = _spill_sizes(proc.pid)
         assert SPILL_MAX - CHUNK <= spill <= SPILL_MAX
