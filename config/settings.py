@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django
 
 from ops.env import load_env
 
@@ -42,7 +43,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "ops",
     "commands",
+    # Django Tasks (docs/tasks.md): the example's scheduled task (commands/tasks.py) is enqueued
+    # on django-tasks-db's database backend and run by its worker (`manage.py db_worker`).
+    *(["django_tasks"] if django.VERSION < (6, 0) else []),  # the backport, on Django 5.2
+    "django_tasks_db",
 ]
+
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -49,6 +49,10 @@ class JobRun(models.Model):
     # Which attempt at its slot this row is (--retries, ops/run/retries.py): 1, then 2, 3...
     # within one run_job call; the slot's outcome is its last attempt's.
     attempt = models.PositiveSmallIntegerField(default=1, db_default=1)
+    # A task put on its backend (--enqueue, ops/run/enqueue.py): its result's id there, and its
+    # status as last seen (job_status and the jobs page read the backend's own where it tells).
+    task_result_id = models.CharField(max_length=64, blank=True, default="", db_default="")
+    task_status = models.CharField(max_length=16, blank=True, default="", db_default="")
     # Not columns: the claim version a run holds, set by ops.run.claims on the run it creates (read
     # with getattr: a run loaded from the database has none); `kind` ("r"/"s"), the raw query
     # of ops.monitors.status.

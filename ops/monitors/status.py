@@ -67,6 +67,9 @@ CHUNK = 100  # jobs per statement: 200 compound terms, under SQLite's limit of 5
 
 _RUN_FIELDS = (
     "id",
+    "command",
+    "task_result_id",
+    "task_status",
     "job",
     "slot",
     "logical_date",
@@ -477,6 +480,10 @@ def _job_status(
         )
         return status
     status.state, status.reason = OK, ""
+    if status.last_run is not None and status.last_run.task_result_id:
+        from ..run.tasks import status_of  # only for an enqueued task: job_status stays lean
+
+        status.reason = f"its last enqueued task: {status_of(status.last_run)}"
     return status
 
 

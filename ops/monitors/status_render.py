@@ -31,7 +31,14 @@ def _run_json(run: JobRun | None, tz: ZoneInfo) -> dict | None:
         "lag": run.lag,
         "host": run.host,
         "note": run.note,
+        **(_task_json(run) if run.task_result_id else {}),
     }
+
+
+def _task_json(run: JobRun) -> dict:
+    from ..run.tasks import status_of
+
+    return {"task": {"id": run.task_result_id, "status": status_of(run)}}
 
 
 def _pause_json(s: JobStatus, tz: ZoneInfo) -> dict | None:

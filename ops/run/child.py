@@ -157,11 +157,19 @@ def _status(code: int) -> int:
 
 
 def execute(command: str, args: list[str]) -> tuple[int, str]:
-    """Run a management command: (exit code as a shell sees it, the error line to record)."""
+    """Run a management command, or a task's function (a dotted path: ops/run/tasks.py): (exit
+    code as a shell sees it, the error line to record)."""
     from django.core.management import call_command
 
+    from ..schedule.options import is_task_path
+
     try:
-        call_command(command, *args)
+        if is_task_path(command):
+            from . import tasks
+
+            tasks.run(command, args)
+        else:
+            call_command(command, *args)
     except CommandError as exc:
         line = f"CommandError: {exc}"
         _write(2, line + "\n")  # after the job's own output

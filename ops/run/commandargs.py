@@ -138,13 +138,27 @@ class ArgsChecker:
     def __init__(self):
         self._seen: dict[tuple, str | None] = {}
 
-    def __call__(self, command: str, args: list[str]) -> str | None:
-        key = (command, *args)
+    def __call__(self, command: str, args: list[str], options=None) -> str | None:
+        enqueue = bool(options and options.enqueue)
+        wait_result = bool(options and options.wait_result)
+        key = (command, enqueue, wait_result, *args)
         if key not in self._seen:
-            self._seen[key] = self._check(command, args)
+            self._seen[key] = self._check(command, args, enqueue, wait_result)
         return self._seen[key]
 
-    def _check(self, command: str, args: list[str]) -> str | None:
+    def _check(
+        self, command: str, args: list[str], enqueue: bool = False, wait_result: bool = False
+    ) -> str | None:
+        from ..schedule.options import is_task_path
+
+        if is_task_path(command):
+            from .tasks import TaskRefused, check
+
+            try:
+                check(command, args, enqueue=enqueue, wait_result=wait_result)
+            except TaskRefused as exc:
+                return str(exc)
+            return None
         try:
             check_args(command, args)
         except LogicalDateGiven as exc:

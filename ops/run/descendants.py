@@ -270,3 +270,21 @@ def survivor(
             continue
         return Proc(pid, stat[2])
     return None
+
+
+def end_leftovers(job: str, before: frozenset[int], kill_after: float, stderr) -> None:
+    """End the processes job `job`'s command left behind, after any end of it (run_job's),
+    saying which in one line; `before`: run_job's children that are not the job's. A signal
+    meanwhile is only noted, and acted on afterwards."""
+    from .plan import say  # plan imports claims, which imports this module
+
+    try:
+        ended = end_descendants(exclude=before, grace=min(GRACE_SECONDS, kill_after))
+    except Exception as exc:  # never lose the outcome over it
+        say(f"job {job}: could not end its child processes: {exc}", stderr)
+        return
+    if ended:
+        shown = ", ".join(f"{p.comm} ({p.pid})" for p in ended[:5])
+        more = f" and {len(ended) - 5} more" if len(ended) > 5 else ""
+        what = "process" if len(ended) == 1 else "processes"
+        say(f"job {job}: ended {len(ended)} leftover {what} of the command: {shown}{more}", stderr)

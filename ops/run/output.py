@@ -321,6 +321,21 @@ def _flush() -> None:
             pass
 
 
+def log_option(argv: list[str]) -> str | None:
+    """The `--log` of `argv`; also when another option is malformed (its error goes there)."""
+    from ..schedule.options import OptionsError, parse_run_args
+
+    try:
+        return parse_run_args(argv).log
+    except OptionsError:
+        for word in argv:  # installed lines write --log=PATH first
+            if not word.startswith("-"):
+                break
+            if word.startswith("--log="):
+                return word.removeprefix("--log=")
+        return None
+
+
 class JobLog:
     """`run_job --log=PATH`: descriptors 1 and 2 append to PATH for the whole run.
 

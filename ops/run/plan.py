@@ -7,6 +7,7 @@ declares; `plan_slots` says which slots the call runs (catch-up's earlier ones f
 
 import contextlib
 import datetime as dt
+import json
 import sys
 from dataclasses import dataclass, replace
 from zoneinfo import ZoneInfo
@@ -19,7 +20,14 @@ from django.utils import timezone
 from ..control import pauses
 from ..schedule import dependencies
 from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
-from ..schedule.options import OptionsError, RunOptions, merge, parse_run_args, shown
+from ..schedule.options import (
+    OptionsError,
+    RunOptions,
+    merge,
+    parse_run_args,
+    shown,
+    task_options_problem,
+)
 from ..schedule.slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
 from . import claims, commandargs
 from .commandargs import ArgsRefused, LogicalDateGiven
@@ -94,6 +102,8 @@ def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Pla
     else:
         options = merge(job.options, cli)
         options.name = job.name if job.name != job.options.command else options.name
+    if why := task_options_problem(options):
+        raise UsageError(why)
     if options.after and options.logical_date is None and (job is None or job.cron_expr is None):
         # No slot, so no logical date for the upstream to have succeeded for.
         raise UsageError(
@@ -132,10 +142,10 @@ def _check_ad_hoc(cli: RunOptions, schedule) -> None:
         raise UsageError(
             f"run_job cannot run run_job: write the command itself (`run_job {spelled}`)"
         )
-    if cli.command not in commands:
+    if cli.command not in commands and not cli.is_task:
         raise UsageError(
-            f"unknown command {shown(cli.command)}: not a management command and not a job in "
-            "crontab.d"
+            f"unknown command {shown(cli.command)}: not a management command, a task's dotted "
+            "path (module.function) or a job in crontab.d"
         )
     if cli.name is not None and cli.name != cli.command and cli.name in commands:
         raise UsageError(
@@ -160,6 +170,28 @@ def _check_ad_hoc(cli: RunOptions, schedule) -> None:
 
 def _check_logical_date(plan: Plan, *, from_declaration: bool, now: dt.datetime | None) -> None:
     opts = plan.options
+    if opts.is_task:
+        from .tasks import TaskRefused, check
+
+        try:
+            check(opts.command, opts.args, enqueue=opts.enqueue, wait_result=bool(opts.wait_result))
+        except TaskRefused as exc:
+            where = f"{plan.job.path}:{plan.job.lineno}: " if plan.job and from_declaration else ""
+            raise UsageError(f"{where}{exc}") from None
+    else:
+        _check_command_args(plan, from_declaration=from_declaration)
+    if opts.logical_date is not None:
+        today = timezone.localdate(now or timezone.now(), ZoneInfo(settings.TIME_ZONE))
+        if opts.logical_date > today:
+            # Running a future slot now would make the real run that day a no-op.
+            raise UsageError(
+                f"--logical-date {opts.logical_date} is in the future (today is {today} in "
+                f"{settings.TIME_ZONE})"
+            )
+
+
+def _check_command_args(plan: Plan, *, from_declaration: bool) -> None:
+    opts = plan.options
     try:
         check_command_args(opts.command, opts.args)
     except LogicalDateGiven as exc:
@@ -178,14 +210,6 @@ def _check_logical_date(plan: Plan, *, from_declaration: bool, now: dt.datetime 
         raise UsageError(f"{where}{exc}; {fix}") from None
     except ArgsRefused as exc:
         raise UsageError(str(exc)) from None
-    if opts.logical_date is not None:
-        today = timezone.localdate(now or timezone.now(), ZoneInfo(settings.TIME_ZONE))
-        if opts.logical_date > today:
-            # Running a future slot now would make the real run that day a no-op.
-            raise UsageError(
-                f"--logical-date {opts.logical_date} is in the future (today is {today} in "
-                f"{settings.TIME_ZONE})"
-            )
 
 
 def plan_slots(plan: Plan, now: dt.datetime, tz: ZoneInfo) -> list[Slot | None]:
@@ -230,7 +254,16 @@ def accepts_logical_date(command: str) -> bool:
 
 def command_line(plan: Plan, slot: Slot | None) -> list[str]:
     """The command's arguments for `slot`: its own, plus the slot's date when it takes one
-    (resolve() has refused arguments that carry a date of their own)."""
+    (resolve() has refused arguments that carry a date of their own). A task's: one JSON
+    object, its keyword arguments with the slot's date (ops/run/tasks.py)."""
+    if plan.options.is_task:
+        from . import tasks
+
+        task = tasks.load(plan.options.command)
+        day = slot.logical_date.isoformat() if slot is not None else None
+        given = tasks.kwargs_of(plan.options.command, plan.options.args)
+        kwargs = tasks.call_kwargs(task, given, day, None)
+        return [json.dumps(kwargs)]
     args = list(plan.options.args)
     if slot is not None and accepts_logical_date(plan.options.command):
         args.append(f"--logical-date={slot.logical_date.isoformat()}")

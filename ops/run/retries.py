@@ -51,13 +51,15 @@ def backoff(attempt: int, delay: float, rand=random.random) -> float:
 
 def longest_run(opts: "RunOptions", per_attempt: float) -> float:
     """Seconds a run of one slot may take when each attempt takes `per_attempt`: every attempt
-    (--retries), the longest waits between them, and --after's wait before them. The grace
-    job_status and healthchecks.io give a job, and a CronJob's deadline, are built on it."""
+    (--retries), the longest waits between them, --after's wait before them and --wait-result's
+    after them. The grace job_status and healthchecks.io give a job, and a CronJob's deadline,
+    are built on it."""
     attempts = 1 + (opts.retries or 0)
     delay = opts.retry_delay if opts.retry_delay is not None else DEFAULT_RETRY_DELAY
     waits = sum(backoff(k, delay, rand=lambda: 1.0) for k in range(1, attempts))
     after = (opts.after_wait or DEFAULT_AFTER_WAIT) if opts.after else 0.0
-    return per_attempt * attempts + waits + after
+    result = opts.wait_result or 0.0  # an enqueued task's, after the record
+    return per_attempt * attempts + waits + after + result
 
 
 @dataclass

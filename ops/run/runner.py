@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -31,7 +32,7 @@ from . import after, claims, claimstep, descendants, patience, process, retries,
 from .heartbeat import ClaimKeeper, taken_over_note
 from .lock import JobLock, LockError
 from .outbox import OUTBOX
-from .output import JobLog, Tail, Tee, settle, standard_streams
+from .output import JobLog, Tail, Tee, log_option, settle, standard_streams
 from .plan import (
     Plan,
     UsageError,
@@ -45,6 +46,9 @@ from .plan import (
 )
 from .signals import Interrupted, Signals
 from .supervisor import Ended, Supervisor, fork_job
+
+if TYPE_CHECKING:
+    from .enqueue import Pending
 
 EXIT_SKIPPED = 75  # also a run whose claim was taken over: the slot is another run's now
 EXIT_TIMEOUT = 124
@@ -83,6 +87,7 @@ class Runner:
         self.claim_wait = ""  # what the claim step waits for, once it waits (claimstep.py)
         self.action = actions.from_environment()  # started from the jobs page (who, and why)
         self.attempts: retries.Attempts | None = None  # the current slot's (--retries)
+        self.pending_enqueue: Pending | None = None  # written with the record (enqueue.py)
 
     def monitors(self, enabled: bool = True) -> RunMonitors:
         """The monitors of one run (ops/monitors/monitors.py): healthchecks.io and Sentry."""
@@ -279,7 +284,11 @@ class Runner:
             started = time.monotonic()
             ended = self.terminated()  # a signal while the slot was claimed: the job never starts
             if ended is None:
-                ended = self.supervise(run, slot, tee, watch)
+                ended = (
+                    self._enqueue(run, slot)
+                    if self.opts.enqueue
+                    else self.supervise(run, slot, tee, watch)
+                )
             if ended.command:
                 run.command = self.redactor.text(ended.command)[:500]
             duration = time.monotonic() - started
@@ -349,7 +358,8 @@ class Runner:
         if unwatched:
             ended = Ended(Outcome.FAILED, 1, unwatched, ended.command)
         supervisor.close()
-        self.end_leftovers(before)  # before the claim is released: they must not overlap a rerun
+        # Before the claim is released: they must not overlap a rerun.
+        descendants.end_leftovers(self.plan.name, before, self.kill_after, self.stderr)
         tee.finish(OUTPUT_GRACE)
         return ended
 
@@ -423,6 +433,18 @@ class Runner:
             # failure to alert on (the new holder pings its own); no further slots here.
             outcome, exit_code, note, kind = run.outcome, EXIT_SKIPPED, run.note, "log"
             self.stop = True
+        elif run.outcome != outcome:  # its enqueue failed inside the record (enqueue.py)
+            outcome, exit_code, note = run.outcome, run.exit_code or 1, run.note
+            say(f"error: job {self.plan.name}: {note}", self.stderr)
+        elif self.opts.enqueue:
+            from . import enqueue
+
+            if not self.opts.quiet:
+                say(f"job {self.plan.name}: {run.note}", self.stdout)  # "enqueued … as <id>"
+            exit_code, said = enqueue.follow(self, run, exit_code)  # --wait-result
+            if said:
+                say(f"job {self.plan.name}: {said}", self.stderr if exit_code else self.stdout)
+                note, kind = f"{run.note}; {said}", "log" if exit_code == EXIT_SKIPPED else None
         if catch_up:
             if outcome != Outcome.WAITING:  # a slot still waiting for its upstream is due
                 self.catch_up_failure = self.catch_up_failure or exit_code
@@ -448,24 +470,10 @@ class Runner:
         )
         return exit_code
 
-    def end_leftovers(self, before: frozenset[int]) -> None:
-        """End the processes the command left behind (ops/run/descendants.py), after any end of
-        it. A signal meanwhile is only noted, and acted on afterwards."""
-        try:
-            grace = min(descendants.GRACE_SECONDS, self.kill_after)
-            ended = descendants.end_descendants(exclude=before, grace=grace)
-        except Exception as exc:  # never lose the outcome over it
-            say(f"job {self.plan.name}: could not end its child processes: {exc}", self.stderr)
-            return
-        if ended:
-            shown = ", ".join(f"{p.comm} ({p.pid})" for p in ended[:5])
-            more = f" and {len(ended) - 5} more" if len(ended) > 5 else ""
-            what = "process" if len(ended) == 1 else "processes"
-            say(
-                f"job {self.plan.name}: ended {len(ended)} leftover {what} of the command: "
-                f"{shown}{more}",
-                self.stderr,
-            )
+    def _enqueue(self, run: JobRun, slot: Slot | None) -> Ended:
+        from . import enqueue  # only for --enqueue: a run's start-up stays lean
+
+        return enqueue.put(self, run, slot)
 
     def record(self, run, outcome, exit_code, duration, note, tail: Tail) -> str:
         """Save the outcome; "" when saved, else why not (one line)."""
@@ -478,8 +486,15 @@ class Runner:
             with transaction.atomic():
                 patience.in_transaction()
                 # Fenced: the outcome goes onto the claim only while the claim is ours.
+                undo = None
+                if self.pending_enqueue is not None:  # commits with the claim's success
+                    from . import enqueue
+
+                    undo = enqueue.inside_record(self.pending_enqueue, run)
                 kept = after.kept_state(run)  # a --force run that never ran keeps a success
                 if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run, kept):
+                    if undo is not None:
+                        undo()  # the new holder enqueues the slot's task
                     self.taken_over(run)
                 run.save()
 
@@ -533,19 +548,6 @@ def exit_now(code: int) -> None:
     settle()
     connections.close_all()
     os._exit(code)
-
-
-def log_option(argv: list[str]) -> str | None:
-    """The `--log` of `argv`; also when another option is malformed (its error goes there)."""
-    try:
-        return parse_run_args(argv).log
-    except OptionsError:
-        for word in argv:  # installed lines write --log=PATH first
-            if not word.startswith("-"):
-                break
-            if word.startswith("--log="):
-                return word.removeprefix("--log=")
-        return None
 
 
 def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") -> int:

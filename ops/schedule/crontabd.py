@@ -26,6 +26,7 @@ from .options import (
     RunOptions,
     parse_run_args,
     shown,
+    task_options_problem,
 )
 
 SPECIALS = {
@@ -443,7 +444,10 @@ def _parse_job_line(line, raw, path, lineno, known, check_args, second_opinion=F
         raise CrontabError(
             path, lineno, "write the command itself: every line already runs run_job", raw
         )
-    if known is not None and options.command not in known:
+    why = task_options_problem(options)
+    if why:
+        raise CrontabError(path, lineno, why, raw)
+    if known is not None and options.command not in known and not options.is_task:
         raise CrontabError(
             path,
             lineno,
@@ -461,11 +465,10 @@ def _parse_job_line(line, raw, path, lineno, known, check_args, second_opinion=F
             raw,
         )
     if check_args is not None:
-        problem = check_args(options.command, options.args)
+        problem = check_args(options.command, options.args, options)
         if problem:
-            raise CrontabError(
-                path, lineno, f"{options.command}'s arguments: {problem.strip()}", raw
-            )
+            what = "" if options.is_task else f"{options.command}'s arguments: "
+            raise CrontabError(path, lineno, f"{what}{problem.strip()}", raw)
     if not JOB_NAME.match(name):
         raise CrontabError(
             path,

@@ -13,6 +13,27 @@ JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 JOB_NAME_RULE = "1-100 of a-z, 0-9, '_' and '-', starting with a letter or digit"
 # The longest value an error message echoes (a 10,000-character --name is not repeated whole).
 SHOWN_MAX = 60
+# A Django task's dotted path (module.function): a management command's name has no dot.
+TASK_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
+
+
+def is_task_path(command: str) -> bool:
+    """Whether a job's command word names a task (ops/run/tasks.py), not a command."""
+    return "." in command and TASK_PATH.match(command) is not None
+
+
+def task_options_problem(options: "RunOptions") -> str | None:
+    """Why --enqueue / --wait-result cannot go with `options`' command, or None."""
+    if (options.enqueue or options.wait_result) and not options.is_task:
+        return (
+            "--enqueue and --wait-result are for a task (module.function), not a management "
+            f"command ({options.command!r})"
+        )
+    if options.wait_result and not options.enqueue:
+        return "--wait-result follows an enqueued task: give --enqueue too"
+    return None
+
+
 PING_UUID = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
@@ -84,12 +105,23 @@ class RunOptions:
     # and how long to wait for them (seconds).
     after: tuple[str, ...] | None = None
     after_wait: float | None = None
+    # A task (ops/run/tasks.py): put on its backend instead of run here, and how long to wait
+    # for its result (seconds).
+    enqueue: bool = False
+    wait_result: float | None = None
     # Which options the command line set explicitly (the rest may come from crontab.d).
     given: set[str] = field(default_factory=set)
 
     @property
     def job_name(self) -> str:
-        return self.name or self.command
+        """`--name`, else the command's name, else a task's function's name."""
+        if self.name:
+            return self.name
+        return self.command.rpartition(".")[2] if is_task_path(self.command) else self.command
+
+    @property
+    def is_task(self) -> bool:
+        return is_task_path(self.command)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -313,6 +345,20 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log", metavar="PATH", help="append all output to PATH (installed cron lines use it)"
     )
+    parser.add_argument(
+        "--enqueue",
+        action="store_true",
+        default=None,
+        help="a task (module.function): put it on its task backend, once per slot, instead of "
+        "running it here",
+    )
+    parser.add_argument(
+        "--wait-result",
+        type=_duration,
+        metavar="DURATION",
+        help="with --enqueue: wait up to DURATION for the task's result; the exit code and the "
+        "monitors then say how it ended",
+    )
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -350,6 +396,8 @@ RUNNER_FIELDS = _FIELDS = [
     "retry_on",
     "after",
     "after_wait",
+    "enqueue",
+    "wait_result",
 ]
 
 

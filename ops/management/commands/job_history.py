@@ -36,10 +36,15 @@ class Command(BaseCommand):
         )
         for run in rows:
             started = timezone.localtime(run.started_at).strftime("%Y-%m-%d %H:%M:%S")
+            note = run.note
+            if run.task_result_id:  # an enqueued task: its own status (ops/run/tasks.py)
+                from ops.run.tasks import status_of
+
+                note = f"{note} (task {status_of(run)})"
             exit_code = "" if run.exit_code is None else run.exit_code
             secs = "" if run.duration is None else f"{run.duration:.2f}"
             self.stdout.write(
                 f"{started:<19}  {run.job:<{job_width}} {run.slot:<{slot_width}} "
-                f"{run.outcome:<10} {exit_code!s:>4} {secs:>6}  {run.note}".rstrip()
+                f"{run.outcome:<10} {exit_code!s:>4} {secs:>6}  {note}".rstrip()
             )
         self.stdout.write(f"{len(rows)} runs shown")
