@@ -84,9 +84,18 @@ demo: $(VENV)/.installed
 	@echo '$$ python manage.py run_job sleep_demo --seconds=3 &'; \
 	  $(DEMO) $(PY) manage.py run_job sleep_demo --seconds=3 & sleep 1.5; \
 	  $(call demo_run,run_job sleep_demo --seconds=3); echo "exit code $$?"; wait
-	@echo; echo "--- 6. The history, newest first."
+	@echo; echo "--- 6. A Django task (commands/tasks.py) on the schedule: summarise-charges enqueues it"
+	@echo "    once per logical date, after charge_daily succeeded for that date (--after), in the"
+	@echo "    transaction that records the slot done; task-worker, django-tasks-db's worker as a"
+	@echo "    cron job after it (--after=summarise-charges), then runs what is queued."
+	@day=$$(if [ "$$(date -u +%H)" -lt 3 ]; then date -u -d yesterday +%F; else date -u +%F; fi); \
+	  for job in summarise-charges summarise-charges task-worker; do \
+	    echo "\$$ python manage.py run_job --logical-date=$$day $$job"; \
+	    $(DEMO) $(PY) manage.py run_job --logical-date=$$day $$job; \
+	  done
+	@echo; echo "--- 7. The history, newest first."
 	@$(call demo_run,job_history)
-	@echo; echo "--- 7. One row per job; exit 1 while a job is not ok (here: the others never ran)."
+	@echo; echo "--- 8. One row per job; exit 1 while a job is not ok (here: the others never ran)."
 	@echo "    LAST SUCCESS: the slot the latest success served (its date is the logical date), and"
 	@echo "    when it ran if that was late. LAG: how long after its slot the latest run of a then"
 	@echo "    current slot started (cron starts one within seconds; the demo ran it by hand)."
@@ -183,7 +192,7 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# Benchmarks P1-P9 and fault scenarios F1-F11 (bench/RESULTS.md). Not part of `test`: they take
+# Benchmarks P1-P9 and fault scenarios F1-F12 (bench/RESULTS.md). Not part of `test`: they take
 # minutes and measure the machine. F3 needs PostgreSQL (bash .ci/services.sh); F5 and F6 use
 # root (a throwaway user, tmpfs mounts) when they have it. BENCH_ARGS=--quick for a smoke run,
 # BENCH_ARGS=--only=P4,F2 for some.
