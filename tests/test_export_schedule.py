@@ -81,6 +81,8 @@ def test_the_projects_own_crontab_d_becomes_one_cronjob_per_job_field_by_field()
     jobs = by_name(documents)
     assert list(jobs) == [
         "charge-daily",
+        "summarise-charges",
+        "task-worker",
         "clear-sessions",
         "prune-runs",
         "metrics",
@@ -213,7 +215,7 @@ def every_kind_of_manifest(tmp_path) -> list[dict]:
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_every_manifest_passes_the_official_schema_strictly(tmp_path, version):
     documents = parsed(every_kind_of_manifest(tmp_path))
-    assert len(documents) == 8  # the project's five jobs and three awkward ones
+    assert len(documents) == 10  # the project's seven jobs and three awkward ones
     for document in documents:
         assert k8s_validate(document, version, strict=True) == version.rsplit(".", 1)[0]
 
@@ -666,6 +668,8 @@ def test_a_deployed_project_exports_on_postgresql_and_refuses_sqlite(project):
     documents = list(yaml.safe_load_all(first.stdout))
     assert [d["metadata"]["name"] for d in documents] == [
         "charge-daily",
+        "summarise-charges",
+        "task-worker",
         "clear-sessions",
         "prune-runs",
         "metrics",

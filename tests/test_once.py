@@ -115,6 +115,24 @@ def test_a_key_must_be_a_short_non_empty_string(held):
                 once(bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_task_passes_the_claim_it_was_given_and_a_hand_made_one_is_refused():
+    """An enqueued task runs in a worker, outside any run: `slot=cronops_slot` is the claim run_job
+    enqueued it under (docs/tasks.md), and it is marked as that run's."""
+    claims.enter(None)
+    given = {"job": "t", "slot": "2026-11-29", "run_id": 7, "version": 2}
+    with transaction.atomic():
+        assert once("charge 1", slot=given) is True
+        assert once("charge 1", slot={**given, "run_id": 8, "version": 3}) is False
+    row = Effect.objects.values_list("job", "slot", "key", "run_id", "version").get()
+    assert row == ("t", "2026-11-29", "charge 1", 7, 2)
+    for bad in ({}, {"job": "t"}, {**given, "version": "2"}, {**given, "run_id": 0}, "t"):
+        with pytest.raises(ValueError, match="the cronops_slot argument run_job gives"):
+            with transaction.atomic():
+                once("charge 2", slot=bad)  # type: ignore[arg-type]
+    assert Effect.objects.count() == 1
+
+
 @pytest.mark.process
 def test_ops_imports_nothing_of_django_so_apps_can_load_it():
     code = (

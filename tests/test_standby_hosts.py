@@ -7,6 +7,7 @@ alive. They share one PostgreSQL database, reached through a forwarder on each h
 a host can be cut off from it (`ip link set … down`). Heartbeats every second.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,16 @@ import pytest
 
 from ops.run.descendants import descendants
 
-from .conftest import DAILY, Project, base_env, copy_tree, require, wait_for_line, wait_until
+from .conftest import (
+    DAILY,
+    DAILY_DATE,
+    Project,
+    base_env,
+    copy_tree,
+    require,
+    wait_for_line,
+    wait_until,
+)
 from .netns import Network, available, inner_pid
 
 HEARTBEAT = 1
@@ -40,8 +50,8 @@ CRON = f"{DAILY} --standby t_job\n"
 class Server:
     """One deployed copy on one namespaced host."""
 
-    def __init__(self, project: Project, host, ran: Path):
-        self.project, self.host, self.ran = project, host, ran
+    def __init__(self, project: Project, host, ran: Path, job: str = "t_job"):
+        self.project, self.host, self.ran, self.job = project, host, ran, job
         self.proc: subprocess.Popen | None = None
         self.pid = 0  # run_job's pid in the root namespace
 
@@ -50,7 +60,7 @@ class Server:
         return self.host.name
 
     def start(self, *args: str) -> "Server":
-        argv = self.host.wrap(self.project.command("run_job", *args, "t_job"))
+        argv = self.host.wrap(self.project.command("run_job", *args, self.job))
         self.proc = subprocess.Popen(
             argv,
             cwd=self.project.dir,
@@ -83,28 +93,35 @@ class Server:
             self.proc.communicate(timeout=30)
 
 
-@pytest.fixture
-def servers(pg_project, tmp_path, request):
-    """Three servers sharing pg_project's database, each in its own namespaces."""
+def three_servers(pg_project, tmp_path, request, prepare, job: str = "t_job") -> list[Server]:
+    """Three servers sharing pg_project's database, each in its own namespaces; `prepare`
+    gives each copy its job."""
     reason = available()
     require(not reason, reason)
     network = Network()
     request.addfinalizer(network.close)
     db_url = urllib.parse.urlsplit(pg_project.db.url)
     ran = tmp_path / "ran.txt"
-    made = []
+    made: list[Server] = []
+    request.addfinalizer(lambda: [server.kill() for server in made])
     for i in range(3):
         host = network.add_host()
         address, port = host.forward(db_url.hostname, db_url.port)
         url = pg_project.db.url.replace(db_url.netloc, f"{db_url.username}@{address}:{port}")
         copy = Project(copy_tree(tmp_path / host.name), pg_project.db, dict(pg_project.settings))
         copy.write_env(DATABASE_URL=url, OPS_HOST=host.name, OPS_HEARTBEAT_SECONDS=HEARTBEAT)
+        prepare(copy)
+        made.append(Server(copy, host, ran, job))
+    return made
+
+
+@pytest.fixture
+def servers(pg_project, tmp_path, request):
+    def prepare(copy: Project) -> None:
         copy.add_command("t_job", JOB)
         copy.write_cron("t.cron", CRON)
-        made.append(Server(copy, host, ran))
-    yield made
-    for server in made:
-        server.kill()
+
+    return three_servers(pg_project, tmp_path, request, prepare)
 
 
 def freeze(pid: int, sig: int) -> None:
@@ -337,3 +354,142 @@ def test_a_holder_whose_heartbeat_waits_on_a_table_lock_keeps_its_slot(servers):
     assert f"done on {first.name} for " in out, out + err
     assert executions(servers) == [first.name]
     assert claim(db) == ("succeeded", 1, first.name)
+
+
+# --- a Django task enqueued once per slot (issue 31) --------------------------------------------
+
+# django-tasks-db's backend, which writes the task's row in run_job's record transaction, then
+# appends its host to RAN_FILE and waits while the file `hold` is in the project directory: the
+# "long enqueue" a test kills or freezes, its row written and not yet committed.
+HELD_BACKEND = """
+import os
+import time
+
+from django.conf import settings
+from django_tasks_db import DatabaseBackend
+
+from ops import conf
+
+
+class HeldBackend(DatabaseBackend):
+    def enqueue(self, task, args, kwargs):
+        result = super().enqueue(task, args, kwargs)
+        with open(os.environ["RAN_FILE"], "a") as f:
+            f.write(f"{conf.host()}\\n")
+        deadline = time.monotonic() + 120
+        while (settings.BASE_DIR / "hold").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return result
+"""
+TASK = """
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+
+@task
+def summarise(logical_date: str) -> None:
+    pass
+"""
+
+
+@pytest.fixture
+def task_servers(pg_project, tmp_path, request):
+    """Three servers whose job enqueues a task on a (held) database backend, standing by."""
+
+    def prepare(copy: Project) -> None:
+        (copy.dir / "commands" / "held_backend.py").write_text(HELD_BACKEND)
+        (copy.dir / "commands" / "cron_tasks.py").write_text(TASK)
+        settings = copy.dir / "config" / "settings.py"
+        settings.write_text(
+            settings.read_text()
+            + "\nTASKS = {'default': {'BACKEND': 'commands.held_backend.HeldBackend'}}\n"
+        )
+        copy.write_cron(
+            "t.cron", f"{DAILY} --standby --enqueue --name=t-task commands.cron_tasks.summarise\n"
+        )
+
+    return three_servers(pg_project, tmp_path, request, prepare, job="t-task")
+
+
+def enqueued(db) -> list[tuple]:
+    """(id, logical_date) of every task the backend holds, committed."""
+    rows = db.query("SELECT id, args_kwargs FROM django_tasks_database_dbtaskresult")
+    return [(str(i), (a if isinstance(a, dict) else json.loads(a))["kwargs"]) for i, a in rows]
+
+
+def recorded_task(db, host: str) -> str:
+    [(result_id,)] = db.query(
+        "SELECT task_result_id FROM ops_jobrun WHERE outcome = 'succeeded' AND host = ?", (host,)
+    )
+    return result_id
+
+
+def test_three_servers_firing_together_enqueue_the_task_once(task_servers):
+    servers = task_servers
+    db = servers[0].project.db
+    for server in servers:
+        server.hold()
+    for server in servers:
+        server.start()
+    holder = holding(servers, db)  # inside its enqueue, in the record's transaction
+    for server in servers:
+        if server is not holder:
+            wait_for_line(server.proc, "standing by", timeout=60)
+    holder.release()
+    results = {s.name: s.wait() for s in servers}
+    assert [code for code, _, _ in results.values()] == [0, 0, 0], results
+    [(result_id, kwargs)] = enqueued(db)
+    assert kwargs == {"logical_date": str(DAILY_DATE)}
+    assert recorded_task(db, holder.name) == result_id
+    assert outcomes(db) == ["skipped", "skipped", "succeeded"]
+    assert claim(db) == ("succeeded", 1, holder.name)
+
+
+def test_a_holder_killed_inside_its_enqueue_leaves_no_task_and_a_standby_enqueues_it(
+    task_servers,
+):
+    servers = task_servers
+    db = servers[0].project.db
+    first = servers[0]
+    first.hold()
+    first.start()
+    holding(servers, db)  # its task's row written, not committed
+    standbys = [s.start() for s in servers[1:]]
+    os.kill(first.pid, signal.SIGKILL)
+    results = {s.name: s.wait() for s in standbys}
+    assert [code for code, _, _ in results.values()] == [0, 0], results
+    ran = executions(servers)
+    assert ran[0] == first.name and len(ran) == 2
+    taker = ran[1]
+    [(result_id, _)] = enqueued(db)  # the killed holder's row went with its transaction
+    assert recorded_task(db, taker) == result_id
+    assert outcomes(db) == ["abandoned", "skipped", "succeeded"]
+    assert claim(db) == ("succeeded", 2, taker)
+
+
+def test_a_frozen_holder_resumed_after_the_takeover_takes_its_enqueue_back(task_servers):
+    """Its record finds the claim taken over after its task's row is written: the row goes
+    back with the savepoint, the new holder's task is the slot's only one."""
+    servers = task_servers
+    db = servers[0].project.db
+    first = servers[0]
+    first.hold()
+    first.start()
+    holding(servers, db)
+    freeze(first.pid, signal.SIGSTOP)
+    standbys = [s.start() for s in servers[1:]]
+    results = {s.name: s.wait() for s in standbys}
+    assert [code for code, _, _ in results.values()] == [0, 0], results
+    taker = executions(servers)[1]
+    assert claim(db) == ("succeeded", 2, taker)
+    freeze(first.pid, signal.SIGCONT)
+    first.release()
+    code, out, err = first.wait()
+    assert code == 75, out + err
+    assert "was taken over" in err, err
+    [(result_id, _)] = enqueued(db)
+    assert recorded_task(db, taker) == result_id
+    assert db.query("SELECT task_result_id FROM ops_jobrun WHERE outcome = 'taken_over'") == [("",)]
+    assert outcomes(db) == ["skipped", "succeeded", "taken_over"]

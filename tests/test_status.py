@@ -632,7 +632,7 @@ def test_grace_is_the_jobs_timeout_and_never_under_a_minute():
     assert status.grace_seconds(schedule_of("0 3 * * * --name=j x\n").jobs[0]) == 3600
 
 
-def test_grace_covers_every_attempt_the_waits_between_them_and_the_after_wait():
+def test_grace_covers_every_attempt_the_waits_between_them_the_after_wait_and_the_result_wait():
     def grace(line: str) -> float:
         text = "0 2 * * * --name=up x\n" + line
         return status.grace_seconds(schedule_of(text).jobs[1])
@@ -643,6 +643,7 @@ def test_grace_covers_every_attempt_the_waits_between_them_and_the_after_wait():
     )
     assert grace("0 3 * * * --timeout=10m --after=up --after-wait=20m --name=j x\n") == 1800
     assert grace("0 3 * * * --retries=1 --retry-delay=30s --name=j x\n") == 3600 + 33
+    assert grace("0 3 * * * --timeout=1m --enqueue --wait-result=20m --name=j a.b\n") == 1260
 
 
 # --- a deployed copy, SQLite and PostgreSQL -------------------------------------------------
