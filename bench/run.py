@@ -1,4 +1,4 @@
-"""`make bench` / `make faults`: run every benchmark (P1-P9) or fault scenario (F1-F11), then
+"""`make bench` / `make faults`: run every benchmark (P1-P9) or fault scenario (F1-F12), then
 print the machine and a summary of every goal (met / NOT met).
 
     .venv/bin/python bench/run.py bench|faults [--only P4,F2] [--quick]
@@ -69,6 +69,7 @@ SUITES = {
                 "--no-bound",
             ],
         ),
+        ("F12", ["faults/f12_enqueue.py"], ["faults/f12_enqueue.py", "--quick"]),
     ],
 }
 
