@@ -207,3 +207,14 @@ def test_the_effects_done_once_are_listed_read_only_each_with_a_link_to_its_run(
     delete = reverse("admin:ops_effect_delete", args=[effect.pk])
     assert admin_client.post(delete, {"post": "yes"}).status_code == 403
     assert Effect.objects.get(pk=effect.pk).key == "charge subscription 3"
+
+
+def test_the_admin_section_reads_cron_operations_capitalised_like_every_other_section(
+    history, admin_client
+):
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    assert "Cron operations" in index and "cron operations" not in index
+    runs = admin_client.get(reverse("admin:ops_jobrun_changelist")).content.decode()
+    breadcrumbs = re.search(r'<div class="breadcrumbs">(.*?)</div>', runs, re.S)
+    assert breadcrumbs and "Cron operations" in breadcrumbs.group(1)
+
