@@ -139,6 +139,10 @@ MEASURE = """table => {
           cut};
 }"""
 
+SPANS = """cells => cells.filter(c => c.querySelector('svg.cronops-spark')).map(c => [
+  c.querySelector('.cronops-strip').getBoundingClientRect().width,
+  c.querySelector('svg.cronops-spark').getBoundingClientRect().width])"""
+
 
 def measure(page, selector: str) -> dict:
     return page.eval_on_selector(selector, MEASURE)
@@ -177,6 +181,12 @@ def test_the_run_history_the_jobs_page_and_a_jobs_page_fit_1024_and_1280_px_titl
                 if cut:
                     problems.append(f"{name} at {width} px: {len(m['cut'])} cut: {cut[:8]}")
                 assert all(m["titles"]), (name, width, m["titles"])  # no empty column title
+                if name != "history":  # the durations line spans the attempt bars above it
+                    problems += [
+                        f"{name} at {width} px: durations {line} px under bars {bars} px"
+                        for bars, line in page.eval_on_selector_all("td.cronops-history", SPANS)
+                        if abs(bars - line) > 1
+                    ]
     assert not problems, "\n".join(problems)
     assert len(found["history", 1024]["titles"]) >= 4  # a changelist, not one merged column
 
