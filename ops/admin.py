@@ -7,6 +7,7 @@ avoid `SELECT DISTINCT` over the whole table (the job filter lists names by a lo
 scan), and the change list never counts the full history.
 """
 
+import datetime as dt
 from functools import partial, wraps
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
@@ -145,21 +146,45 @@ class OutcomeFilter(admin.SimpleListFilter):
         return queryset
 
 
+def local_slot(key: str, at) -> str:
+    """A slot as the admin shows times: in TIME_ZONE, without its key's UTC offset
+    ("2026-12-03 03:00"); a date slot as its date. A time inside a repeated autumn hour keeps
+    its offset: the two 02:30s of that night are two slots. The key itself is the title."""
+    from .schedule.slots import is_date_key, utc_offset  # not at start-up: see above
+
+    if not key or is_date_key(key):
+        return key
+    try:
+        instant = dt.datetime.fromisoformat(key)
+    except ValueError:
+        instant = None
+    if instant is None or instant.tzinfo is None:
+        if at is None:
+            return key
+        instant = at
+    local = timezone.localtime(instant)
+    shown = local.strftime("%Y-%m-%d %H:%M")
+    if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
+        shown += utc_offset(local)
+    return shown
+
+
+def two_lines(first, second="", second_class="cronops-quiet"):
+    """A cell of the history: a value, and under it a second one in the admin's quiet grey."""
+    if not second:
+        return first
+    return format_html('{}<span class="{}">{}</span>', first, second_class, second)
+
+
 @admin.register(JobRun)
 class JobRunAdmin(ReadOnlyAdmin):
-    list_display = [
-        "started",
-        "job",
-        "slot",
-        "logical_date_iso",
-        "outcome_label",
-        "attempt",
-        "exit_code",
-        "duration_display",
-        "lag_display",
-        "host",
-    ]
-    list_display_links = ["started", "job"]
+    # Five columns that fit beside the filters at 1,024 px (tests/test_admin_fit_browser.py):
+    # related values share a cell (the start and its lag, the job and its slot, the outcome
+    # and its exit code, the host and who started the run), the logical date is the slot's
+    # date (the run's page has both), and the page does without the admin's app list, like
+    # the jobs page.
+    list_display = ["started", "job_slot", "outcome_label", "duration_display", "host_started_by"]
+    list_display_links = ["started", "job_slot"]
     list_filter = [JobFilter, OutcomeFilter, ("started_at", admin.DateFieldListFilter)]
     search_fields = ["job", "slot", "note", "host", "command"]
     fieldsets = [
@@ -207,9 +232,28 @@ class JobRunAdmin(ReadOnlyAdmin):
             return ["-started_at", "-id"]
         return ["-id"]
 
-    @admin.display(description="started", ordering="started_at")
+    def changelist_view(self, request, extra_context=None):
+        # The table needs the width: the admin's app list is one click away (breadcrumbs).
+        return super().changelist_view(
+            request, {"is_nav_sidebar_enabled": False, **(extra_context or {})}
+        )
+
+    @admin.display(description="started, lag", ordering="started_at")
     def started(self, obj):
-        return timezone.localtime(obj.started_at).strftime("%Y-%m-%d %H:%M:%S")
+        started = timezone.localtime(obj.started_at).strftime("%Y-%m-%d %H:%M:%S")
+        lag = human_duration(obj.lag)
+        return two_lines(started, f"lag {lag}" if lag else "")
+
+    @admin.display(description="job, slot", ordering="job")
+    def job_slot(self, obj):
+        if not obj.slot:
+            return two_lines(obj.job)
+        return format_html(
+            '{}<span class="cronops-slot" title="slot {}">{}</span>',
+            obj.job,
+            obj.slot,
+            local_slot(obj.slot, obj.scheduled_at),
+        )
 
     @admin.display(description="outcome", ordering="outcome")
     def outcome_label(self, obj):
@@ -221,11 +265,17 @@ class JobRunAdmin(ReadOnlyAdmin):
             Outcome.SKIPPED: "#6e7781",
             Outcome.TAKEN_OVER: jobs_page.OUTCOME_COLOURS[Outcome.TAKEN_OVER],
         }.get(obj.outcome, "#cf222e")
-        return format_html(
+        label = format_html(
             '<span class="cronops-outcome" style="color:{}">{}</span>',
             colour,
             outcome_words(obj.outcome),
         )
+        if obj.exit_code:  # a success (and "already done") exits 0: said by the outcome
+            exit_code = format_html('<span class="cronops-exit">exit {}</span>', obj.exit_code)
+            label = format_html("{} {}", label, exit_code)
+        if obj.attempt > 1:
+            return two_lines(label, f"attempt {obj.attempt}")
+        return label
 
     @admin.display(description="duration", ordering="duration")
     def duration_display(self, obj):
@@ -234,6 +284,10 @@ class JobRunAdmin(ReadOnlyAdmin):
     @admin.display(description="start lag", ordering="lag")
     def lag_display(self, obj):
         return human_duration(obj.lag) or "-"
+
+    @admin.display(description="host, started by", ordering="host")
+    def host_started_by(self, obj):
+        return two_lines(obj.host or "-", obj.started_by, "cronops-started-by cronops-quiet")
 
     @admin.display(description="output tail")
     def output(self, obj):

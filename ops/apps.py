@@ -3,7 +3,7 @@ from django.apps import AppConfig
 
 class OpsConfig(AppConfig):
     name = "ops"
-    verbose_name = "cron operations"
+    verbose_name = "Cron operations"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

@@ -193,7 +193,11 @@ def strip_html(attempts: list[tuple], tz: ZoneInfo, run_url: str) -> str:
 
 def sparkline(durations: list[float], width: int = 120, height: int = 28) -> str:
     """Inline SVG: a polyline of `durations` (oldest first) scaled to the box, the median as a
-    dashed line, the latest as a dot; "" without durations."""
+    dashed line, the latest as a dot; "" without durations.
+
+    The page stretches it to the width of the attempt bars above it (_style.html): the line
+    and the median are drawn in a `width` x `height` box scaled to fit (their strokes keep their
+    width), the dot is placed in percent of the width (it stays round)."""
     if not durations:
         return ""
     pad = 3.0
@@ -215,17 +219,20 @@ def sparkline(durations: list[float], width: int = 120, height: int = 28) -> str
         f"{human_duration(max(durations))}, median {human_duration(median)}"
     )
     return format_html(
-        '<svg class="cronops-spark" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
-        'aria-label="{t}" data-count="{n}"><title>{t}</title>'
-        '<line class="cronops-median" x1="0" x2="{w}" y1="{m}" y2="{m}"></line>'
-        '<polyline points="{p}"></polyline><circle cx="{lx}" cy="{ly}" r="2"></circle></svg>',
+        '<svg class="cronops-spark" width="{w}" height="{h}" role="img" aria-label="{t}" '
+        'data-count="{n}"><title>{t}</title>'
+        '<svg width="100%" height="100%" viewBox="0 0 {w} {h}" preserveAspectRatio="none">'
+        '<line class="cronops-median" x1="0" x2="{w}" y1="{m}" y2="{m}" '
+        'vector-effect="non-scaling-stroke"></line>'
+        '<polyline points="{p}" vector-effect="non-scaling-stroke"></polyline></svg>'
+        '<circle cx="{lx}%" cy="{ly}" r="2"></circle></svg>',
         w=width,
         h=height,
         t=title,
         n=len(durations),
         m=y(median),
         p=" ".join(f"{x},{yy}" for x, yy in points),
-        lx=points[-1][0],
+        lx=round(points[-1][0] / width * 100, 2),
         ly=points[-1][1],
     )
 

@@ -207,3 +207,35 @@ def test_the_effects_done_once_are_listed_read_only_each_with_a_link_to_its_run(
     delete = reverse("admin:ops_effect_delete", args=[effect.pk])
     assert admin_client.post(delete, {"post": "yes"}).status_code == 403
     assert Effect.objects.get(pk=effect.pk).key == "charge subscription 3"
+
+
+def test_the_admin_section_reads_cron_operations_capitalised_like_every_other_section(
+    history, admin_client
+):
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    assert "Cron operations" in index and "cron operations" not in index
+    runs = admin_client.get(reverse("admin:ops_jobrun_changelist")).content.decode()
+    breadcrumbs = re.search(r'<div class="breadcrumbs">(.*?)</div>', runs, re.S)
+    assert breadcrumbs and "Cron operations" in breadcrumbs.group(1)
+
+
+@pytest.mark.parametrize(
+    "key, at, shown",
+    [
+        ("2026-12-03", None, "2026-12-03"),  # a daily job's slot is its date
+        ("2026-12-03 03:00+03:00", None, "2026-12-03 01:00"),  # keyed in Moscow, shown in Berlin
+        ("2026-07-01 12:05+02:00", None, "2026-07-01 12:05"),
+        # the repeated autumn hour: the two 02:30s keep their offsets
+        ("2026-10-25 02:30+02:00", None, "2026-10-25 02:30+02:00"),
+        ("2026-10-25 02:30+01:00", None, "2026-10-25 02:30+01:00"),
+        # a key without offset (older rows) is read from the slot's fire time
+        ("2026-11-29 03:00", dt.datetime(2026, 11, 29, 3, tzinfo=dt.UTC), "2026-11-29 04:00"),
+        ("2026-11-29 03:00", None, "2026-11-29 03:00"),
+        ("", None, ""),
+    ],
+)
+def test_the_history_shows_a_slot_in_time_zone_as_the_admin_shows_times(settings, key, at, shown):
+    from ops.admin import local_slot
+
+    settings.TIME_ZONE = "Europe/Berlin"
+    assert local_slot(key, at) == shown
