@@ -5,6 +5,7 @@ have recorded it: 90 days of the jobs in crontab.d, with a few things an operato
   again, a day that failed and was run again by hand, a day skipped (lock held), slower lately;
 - clear-sessions: failing for the last two days;
 - prune-runs: fine; metrics: every minute for the last two days, running now;
+  summarise-charges and task-worker after charge_daily (--after): blocked, waiting, done;
   prune-metrics: never ran; an ad-hoc job run by hand now and then (`rebuild_search_index`).
 """
 
@@ -24,8 +25,12 @@ NOTES = {
     ("charge_daily", Outcome.FAILED): "CommandError: payment gateway: 503",
     ("clear-sessions", Outcome.FAILED): "OperationalError: database is locked",
     ("charge_daily", Outcome.SKIPPED): "skipped: running since 03:00, pid 4242, host web1",
+    ("summarise-charges", Outcome.BLOCKED): "blocked: charge_daily did not succeed; not run",
+    ("summarise-charges", Outcome.WAITING): "waiting: charge_daily has not succeeded (waited 1h)",
+    ("task-worker", Outcome.BLOCKED): "blocked: summarise-charges did not succeed; not run",
 }
-CODES = {Outcome.SUCCEEDED: 0, Outcome.FAILED: 1, Outcome.SKIPPED: 75}
+CODES = {Outcome.SUCCEEDED: 0, Outcome.FAILED: 1, Outcome.SKIPPED: 75, Outcome.WAITING: 75}
+CODES[Outcome.BLOCKED] = 69
 
 
 def _fires(expr: str, start: dt.datetime, end: dt.datetime, tz: ZoneInfo):
@@ -121,6 +126,28 @@ def seed_history(schedule: Schedule, *, now: dt.datetime, tz: ZoneInfo, days: in
             h.add("charge_daily", fire, Outcome.SKIPPED, 0.0)
         else:
             h.add("charge_daily", fire, Outcome.SUCCEEDED, duration)
+
+    # The task enqueued after charge_daily, and the worker after it (--after): nothing on the
+    # day the machine was down, blocked on the day the charge failed for good, waiting on the
+    # day it failed and was run again by hand (then done once it succeeded).
+    for fire in fires("summarise-charges"):
+        age = (today - fire.date()).days
+        if age == 23:
+            continue
+        if age == 41:
+            h.add("summarise-charges", fire, Outcome.BLOCKED, 0.0)
+        elif age == 12:
+            h.add("summarise-charges", fire, Outcome.WAITING, 3600.0)
+            h.add("summarise-charges", fire, Outcome.SUCCEEDED, 0.02, fire + dt.timedelta(hours=2))
+        else:
+            h.add("summarise-charges", fire, Outcome.SUCCEEDED, rng.uniform(0.01, 0.03))
+    for fire in fires("task-worker"):
+        age = (today - fire.date()).days
+        if age == 23:
+            continue
+        outcome = Outcome.BLOCKED if age == 41 else Outcome.SUCCEEDED
+        at = fire + dt.timedelta(hours=2) if age == 12 else None
+        h.add("task-worker", fire, outcome, 0.0 if age == 41 else rng.uniform(1.0, 1.6), at)
 
     for fire in fires("clear-sessions"):
         age = (today - fire.date()).days
