@@ -5,6 +5,7 @@ pair (Django 6) the same tests run against `django.tasks` itself."""
 
 import datetime as dt
 import json
+import signal
 import subprocess
 
 import django
@@ -51,9 +52,49 @@ def charge_once(logical_date: str, cronops_slot: dict) -> None:
                 f.write(f"charged {logical_date} {cronops_slot['job']}\\n")
 
 
+@task
+def needs_slot(cronops_slot: dict) -> None:
+    with open(os.environ["STAMP"], "a") as f:
+        f.write(f"{cronops_slot['job']} {cronops_slot['slot']}\\n")
+
+
 def not_a_task(logical_date: str) -> None:
     pass
 """
+
+# Task backends that misbehave: one whose client hangs (a broker with no socket timeout), and a
+# database backend whose INSERT fails at the database (a constraint, a value it cannot store).
+BACKENDS = """
+import time
+
+from django_tasks_db import DatabaseBackend
+
+try:
+    from django.tasks.backends.base import BaseTaskBackend
+except ImportError:
+    from django_tasks.backends.base import BaseTaskBackend
+
+
+class Hangs(BaseTaskBackend):
+    def enqueue(self, task, args, kwargs):
+        time.sleep(3600)
+
+
+class Refuses(DatabaseBackend):
+    def enqueue(self, task, args, kwargs):
+        return super().enqueue(task, args, {**kwargs, "x": float("nan")})  # no JSON column takes it
+"""
+
+
+def with_backends(project, *names: str) -> None:
+    """The misbehaving backends of BACKENDS under TASKS[name], each with a task `on_<name>`."""
+    (project.dir / "commands" / "cron_backends.py").write_text(BACKENDS)
+    settings = project.dir / "config" / "settings.py"
+    lines = [f"TASKS[{n!r}] = {{'BACKEND': 'commands.cron_backends.{n.title()}'}}" for n in names]
+    settings.write_text(settings.read_text() + "\n" + "\n".join(lines) + "\n")
+    module = project.dir / "commands" / "cron_tasks.py"
+    tasks = [f"\n\n@task(backend={n!r})\ndef on_{n}() -> None:\n    pass\n" for n in names]
+    module.write_text(module.read_text() + "".join(tasks))
 
 
 def with_tasks(project, tmp_path):
@@ -197,9 +238,14 @@ def test_thirty_runs_of_one_slot_enqueue_the_task_once(tasks_project):
         ("""commands.cron_tasks.stamp '{"logical_date": "1"}'""", "stamp", "the runner gives"),
         ("--wait-result=1m commands.cron_tasks.stamp", "stamp", "--wait-result follows an"),
         ("--enqueue sleep_demo", "sleep_demo", "--enqueue and --wait-result are for a task"),
+        ("""commands.cron_tasks.stamp '{"label": NaN}'""", "stamp", "NaN is not a JSON number"),
+        ("""commands.cron_tasks.stamp '{"label": "a\\u0000b"}'""", "stamp", "a NUL character"),
+        ("--name=t-m commands.cron_tasks", "t-m", "it is a module: name the task in it"),
+        ("commands.cron_tasks.stamp '[1]'", "stamp", "not a JSON list"),
     ],
     ids=["no such task", "no such module", "not a task", "not JSON", "a wrong argument",
-         "a logical date", "--wait-result alone", "--enqueue for a command"],
+         "a logical date", "--wait-result alone", "--enqueue for a command", "NaN", "a NUL",
+         "a module", "a list"],
 )  # fmt: skip
 def test_a_bad_task_line_is_refused_by_check_install_and_run_job_naming_file_and_line(
     sqlite_tasks, tmp_path, line, name, said
@@ -286,3 +332,97 @@ def test_a_task_on_the_immediate_backend_is_not_enqueued_in_run_jobs_own_process
     result = project.run_job("t-now", env={"STAMP": str(project.stamp)})
     assert result.returncode == 0, result.stderr
     assert project.stamp.read_text() == str(DAILY_DATE)
+
+
+def test_an_enqueue_the_database_refuses_is_a_failed_run_and_leaves_no_claim_running(
+    tasks_project,
+):
+    """The task row's INSERT fails inside the record's transaction: the run is recorded failed
+    (not "database unavailable"), its claim says failed, and no task is left behind."""
+    project = tasks_project
+    with_backends(project, "refuses")
+    project.write_cron("t.cron", f"{DAILY} --enqueue --name=t-ref commands.cron_tasks.on_refuses\n")
+    result = project.run_job("t-ref")
+    assert result.returncode == 1, result.stderr
+    assert "could not enqueue commands.cron_tasks.on_refuses" in result.stderr
+    assert "database unavailable" not in result.stderr
+    [(*_, outcome, exit_code, note)] = project.db.runs("t-ref")
+    assert (outcome, exit_code) == ("failed", 1) and "Error" in note
+    assert project.db.query("SELECT state FROM ops_slotclaim WHERE job = 't-ref'") == [("failed",)]
+    assert results(project) == []
+
+
+@pytest.mark.parametrize("stop", ["timeout", "SIGTERM"])
+def test_an_enqueue_that_hangs_ends_at_the_timeout_or_a_signal_as_a_job_would(tasks_project, stop):
+    project = tasks_project
+    with_backends(project, "hangs")
+    project.write_cron(
+        "t.cron", f"{DAILY} --enqueue --timeout=3s --name=t-hang commands.cron_tasks.on_hangs\n"
+    )
+    run = project.popen(
+        "run_job", "--timeout=3s" if stop == "timeout" else "--timeout=1h", "t-hang"
+    )
+    try:
+        if stop == "SIGTERM":
+            wait_until(lambda: project.db.runs("t-hang"), "the run's claim")
+            run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)  # the backend would hold it for an hour
+    finally:
+        run.kill()
+    [(*_, outcome, _, note)] = project.db.runs("t-hang")
+    if stop == "timeout":
+        assert (run.returncode, outcome) == (124, "timed_out"), err
+        assert note == "timed out after 3s enqueueing commands.cron_tasks.on_hangs"
+    else:
+        assert (run.returncode, outcome) == (143, "terminated"), err
+        assert "while enqueueing commands.cron_tasks.on_hangs" in note
+    assert project.db.query("SELECT state FROM ops_slotclaim WHERE job = 't-hang'") != [
+        ("running",)
+    ]
+
+
+def test_a_task_run_here_gets_the_claim_it_runs_under_as_cronops_slot(sqlite_tasks):
+    project = sqlite_tasks
+    project.write_cron("t.cron", f"{DAILY} --name=t-slot commands.cron_tasks.needs_slot\n")
+    result = project.run_job("t-slot", env={"STAMP": str(project.stamp)})
+    assert result.returncode == 0, result.stderr
+    assert project.stamp.read_text() == f"t-slot {DAILY_DATE}\n"
+
+
+def test_a_task_whose_module_raises_on_import_is_a_failed_run_not_a_silent_refusal(
+    sqlite_tasks, tmp_path
+):
+    project = sqlite_tasks
+    (project.dir / "commands" / "cron_raises.py").write_text("raise RuntimeError('no config')\n")
+    project.write_cron("t.cron", f"{DAILY} --name=t-raise commands.cron_raises.job\n")
+    assert project.manage("install_crontab", "--tabfile", str(tmp_path / "tab")).returncode == 2
+    result = project.run_job("t-raise")
+    assert result.returncode == 1, result.stderr
+    [(*_, outcome, exit_code, note)] = project.db.runs("t-raise")
+    assert (outcome, exit_code) == ("failed", 1)
+    assert "importing commands.cron_raises failed: RuntimeError: no config" in note
+
+
+def test_a_job_whose_enqueued_task_failed_is_failing_in_job_status(tasks_project):
+    project = tasks_project
+    project.write_cron("t.cron", f"{DAILY} --enqueue --name=t-brk commands.cron_tasks.breaks\n")
+    assert project.run_job("t-brk").returncode == 0
+    assert worker(project).returncode == 0
+    status = project.manage("job_status", "--json", "--job", "t-brk")
+    [job] = json.loads(status.stdout)["jobs"]
+    assert (job["state"], job["reason"]) == ("failing", "its last enqueued task: FAILED")
+    assert status.returncode == 1
+
+
+def test_wait_result_waits_for_the_current_slot_only_not_each_catch_up_slot(sqlite_tasks):
+    project = sqlite_tasks
+    project.write_cron(
+        "t.cron",
+        f"{DAILY} --enqueue --catch-up=3 --wait-result=1s --name=t-cu commands.cron_tasks.stamp\n",
+    )
+    day = DAILY_DATE - dt.timedelta(days=3)
+    assert project.run_job(f"--logical-date={day}", "t-cu").returncode == 75  # no worker
+    result = project.run_job("t-cu")
+    assert result.returncode == 75, result.stderr
+    assert len(results(project)) == 4  # the past date, two caught up, the current slot
+    assert result.stderr.count("had not finished") == 1, result.stderr

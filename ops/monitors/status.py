@@ -483,7 +483,10 @@ def _job_status(
     if status.last_run is not None and status.last_run.task_result_id:
         from ..run.tasks import status_of  # only for an enqueued task: job_status stays lean
 
-        status.reason = f"its last enqueued task: {status_of(status.last_run)}"
+        task_status = status_of(status.last_run)
+        status.reason = f"its last enqueued task: {task_status}"
+        if task_status in ("FAILED", "gone"):  # enqueued once per slot: nothing retries it
+            status.state = FAILING
     return status
 
 

@@ -20,16 +20,17 @@ the monitors say how the task ended, not only that it was enqueued.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, router, transaction
+from django.db import DatabaseError, connections, router, transaction
 
 from ..models import JobRun, Outcome, SlotClaim
 from . import tasks
 from .plan import one_line
-from .supervisor import EXIT_SKIPPED, Ended
+from .supervisor import EXIT_SKIPPED, EXIT_TIMEOUT, Ended
 
 if TYPE_CHECKING:
     from ..schedule.slots import Slot
@@ -75,13 +76,47 @@ def put(runner: Runner, run: JobRun, slot: Slot | None) -> Ended:
     if in_claims_database(task):
         runner.pending_enqueue = Pending(task, kwargs)
         return Ended(Outcome.SUCCEEDED, 0, f"enqueued {path}", path)
-    try:
-        result = task.enqueue(**kwargs)
-    except Exception as exc:
-        return Ended(Outcome.FAILED, 1, f"could not enqueue {path}: {_said(exc)}", path)
+    result, ended = bounded(runner, lambda: task.enqueue(**kwargs), path)
+    if ended is not None:
+        return ended
     run.task_result_id = str(result.id)[:64]
     run.task_status = str(result.status)[:16]
     return Ended(Outcome.SUCCEEDED, 0, f"enqueued {path} as {result.id}", path)
+
+
+def bounded(runner: Runner, enqueue: Callable[[], Any], path: str) -> tuple[Any, Ended | None]:
+    """An enqueue on a backend outside the claims' database (a broker, an HTTP service), from a
+    thread, so that --timeout and a signal end the run as they end a job's: a client with no
+    socket timeout must not hold the slot's lock forever. (result, None), or (None, how the
+    run ended); an enqueue cut off may still arrive (the window docs/tasks.md describes)."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = enqueue()
+        except BaseException as exc:  # reported by the main thread
+            box["error"] = exc
+        finally:
+            connections.close_all()  # a backend that used this thread's database connection
+            runner.signals.wake()
+
+    thread = threading.Thread(target=work, name="cronops-enqueue", daemon=True)
+    thread.start()
+    bound = runner.opts.timeout
+    deadline = None if not bound else time.monotonic() + bound
+    while thread.is_alive():
+        if (ended := runner.terminated()) is not None:
+            note = f"{ended.note} while enqueueing {path}"
+            return None, Ended(ended.outcome, ended.exit_code, note, path)
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            note = f"timed out after {bound:g}s enqueueing {path}"
+            return None, Ended(Outcome.TIMED_OUT, EXIT_TIMEOUT, note, path)
+        runner.signals.wait([], left)
+    if "error" in box:
+        note = f"could not enqueue {path}: {_said(box['error'])}"
+        return None, Ended(Outcome.FAILED, 1, note, path)
+    return box["result"], None
 
 
 def inside_record(pending: Pending | None, run: JobRun) -> Callable[[], None] | None:
@@ -92,11 +127,11 @@ def inside_record(pending: Pending | None, run: JobRun) -> Callable[[], None] | 
     if pending is None or run.outcome != Outcome.SUCCEEDED:
         return None
     path = run.command.split(" ")[0]
-    before = transaction.savepoint()
+    before = transaction.savepoint()  # kept after the enqueue's own: what undo() rolls back to
     try:
-        result = pending.task.enqueue(**pending.kwargs)
+        with transaction.atomic():  # a failed INSERT rolls back to here, the record goes on
+            result = pending.task.enqueue(**pending.kwargs)
     except Exception as exc:
-        transaction.savepoint_rollback(before)  # what a failed INSERT left, not the record's own
         run.outcome, run.exit_code = Outcome.FAILED, 1
         run.note = f"could not enqueue {path}: {_said(exc)}"[:300]
         return None
@@ -111,11 +146,12 @@ def inside_record(pending: Pending | None, run: JobRun) -> Callable[[], None] | 
     return undo
 
 
-def follow(runner: Runner, run: JobRun, exit_code: int) -> tuple[int, str]:
+def follow(runner: Runner, run: JobRun, exit_code: int, catch_up: bool) -> tuple[int, str]:
     """--wait-result: wait (bounded, a signal ends it) for the enqueued task's result; (the
-    exit code it gives run_job, one line on how it ended)."""
+    exit code it gives run_job, one line on how it ended). Not for a catch-up slot: one wait
+    per run, the current slot's (its grace holds one)."""
     bound = runner.opts.wait_result
-    if not bound or exit_code or not run.task_result_id:
+    if not bound or exit_code or not run.task_result_id or catch_up:
         return exit_code, ""
     task = tasks.load(runner.opts.command)
     _, _, missing = tasks.framework()

@@ -171,10 +171,12 @@ def _check_ad_hoc(cli: RunOptions, schedule) -> None:
 def _check_logical_date(plan: Plan, *, from_declaration: bool, now: dt.datetime | None) -> None:
     opts = plan.options
     if opts.is_task:
-        from .tasks import TaskRefused, check
+        from .tasks import TaskBroken, TaskRefused, check
 
         try:
             check(opts.command, opts.args, enqueue=opts.enqueue, wait_result=bool(opts.wait_result))
+        except TaskBroken:
+            pass  # its module raised on import: the run fails and says so, as a command's would
         except TaskRefused as exc:
             where = f"{plan.job.path}:{plan.job.lineno}: " if plan.job and from_declaration else ""
             raise UsageError(f"{where}{exc}") from None

@@ -441,7 +441,7 @@ class Runner:
 
             if not self.opts.quiet:
                 say(f"job {self.plan.name}: {run.note}", self.stdout)  # "enqueued … as <id>"
-            exit_code, said = enqueue.follow(self, run, exit_code)  # --wait-result
+            exit_code, said = enqueue.follow(self, run, exit_code, catch_up)  # --wait-result
             if said:
                 say(f"job {self.plan.name}: {said}", self.stderr if exit_code else self.stdout)
                 note, kind = f"{run.note}; {said}", "log" if exit_code == EXIT_SKIPPED else None

@@ -20,7 +20,9 @@ Django 6.0+ has the framework as `django.tasks`; on Django 5.2 the `django-tasks
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import importlib.util
 import inspect
 import json
 
@@ -67,23 +69,44 @@ def load(path: str):
     except ModuleNotFoundError as exc:
         if exc.name and module_path.startswith(exc.name):
             raise TaskRefused(f"task {path}: no module {exc.name!r}") from None
-        raise TaskRefused(f"task {path}: importing {module_path} failed: {exc}") from None
+        raise TaskBroken(f"task {path}: importing {module_path} failed: {_line(exc)}") from None
     except invalid_backend as exc:
         raise TaskRefused(f"task {path}: {_backend_problem(exc)}") from None
-    except Exception as exc:
-        raise TaskRefused(
-            f"task {path}: importing {module_path} failed: {type(exc).__name__}: {exc}"
+    except (Exception, SystemExit) as exc:  # the module's own: a RuntimeError, a sys.exit()
+        raise TaskBroken(
+            f"task {path}: importing {module_path} failed: {type(exc).__name__}: {_line(exc)}"
         ) from None
-    if not hasattr(module, attribute):
+    task = getattr(module, attribute, None)
+    if task is None:
+        if _is_module(path):
+            raise TaskRefused(f"task {path}: it is a module: name the task in it (module.task)")
         raise TaskRefused(f"task {path}: {module_path} has no {attribute!r}")
-    task = getattr(module, attribute)
     if not isinstance(task, task_class):
         kind = "a function" if inspect.isfunction(task) else type(task).__name__
         raise TaskRefused(
             f"task {path}: it is {kind}, not a task (decorate it with @task, from "
             f"{task_class.__module__.rpartition('.')[0]})"
         )
+    if task.module_path != path:  # the framework enqueues by the function's own path
+        raise TaskRefused(f"task {path}: it is the task {task.module_path}: name it by that path")
     return task
+
+
+class TaskBroken(TaskRefused):
+    """The task's module is there but raised on import: at run time that is the run's failure
+    (recorded, pinged), as a command whose module raises; for check and install, a refusal."""
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else ""
+
+
+def _is_module(path: str) -> bool:
+    try:
+        return importlib.util.find_spec(path) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _backend_problem(exc: Exception) -> str:
@@ -96,9 +119,15 @@ def kwargs_of(path: str, args: list[str]) -> dict:
         return {}
     if len(args) == 1:
         try:
-            value = json.loads(args[0])
-        except ValueError as exc:
-            raise TaskRefused(f"task {path}: its argument is not JSON ({exc})") from None
+            value = json.loads(args[0], parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else _line(exc)
+            raise TaskRefused(f"task {path}: its argument is not JSON ({why})") from None
+        if _holds_nul(value):
+            raise TaskRefused(
+                f"task {path}: its argument holds a NUL character (\\u0000), which a task "
+                "backend's database cannot store"
+            )
         if isinstance(value, dict):
             reserved = [key for key in value if key in RESERVED]
             if reserved:
@@ -107,10 +136,32 @@ def kwargs_of(path: str, args: list[str]) -> dict:
                     "gives each run (the slot's)"
                 )
             return value
+        what = f"a JSON {type(value).__name__}"
+    else:
+        what = f"{len(args)} words"
     raise TaskRefused(
         f"task {path}: its arguments are one JSON object of keyword arguments "
-        """('{"name": value}'), """ + f"not {len(args)} word(s)"
+        """('{"name": value}'), """ + f"not {what}"
     )
+
+
+def _holds_nul(value: object) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _no_constant(name: str) -> float:
+    # NaN and Infinity are Python's extension: no JSON column stores them.
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def accepts(task, name: str) -> bool:
@@ -188,6 +239,11 @@ def run(path: str, args: list[str]) -> None:
     """In the job's child: the task's function, here and now (its exceptions are the job's)."""
     task = load(path)
     kwargs = json.loads(args[0]) if args else {}
+    if accepts(task, SLOT):
+        from .fencing import current_claim
+
+        claim = current_claim()
+        kwargs[SLOT] = None if claim is None else dataclasses.asdict(claim)
     task.call(**kwargs)
 
 
