@@ -426,3 +426,13 @@ def test_wait_result_waits_for_the_current_slot_only_not_each_catch_up_slot(sqli
     assert result.returncode == 75, result.stderr
     assert len(results(project)) == 4  # the past date, two caught up, the current slot
     assert result.stderr.count("had not finished") == 1, result.stderr
+
+
+def test_a_task_run_ad_hoc_under_a_commands_name_is_refused(sqlite_tasks):
+    project = sqlite_tasks
+    module = project.dir / "commands" / "cron_tasks.py"
+    module.write_text(module.read_text() + "\n\n@task\ndef check() -> None:\n    pass\n")
+    result = project.run_job("--enqueue", "commands.cron_tasks.check")
+    assert result.returncode == 2
+    assert "job name 'check' is the name of another management command" in result.stderr
+    assert project.db.runs() == []

@@ -147,10 +147,10 @@ def _check_ad_hoc(cli: RunOptions, schedule) -> None:
             f"unknown command {shown(cli.command)}: not a management command, a task's dotted "
             "path (module.function) or a job in crontab.d"
         )
-    if cli.name is not None and cli.name != cli.command and cli.name in commands:
+    if cli.job_name != cli.command and cli.job_name in commands:  # a task's too: `check`
         raise UsageError(
-            f"job name {cli.name!r} is the name of another management command: "
-            f"`run_job {cli.name}` would mean that command; choose another --name"
+            f"job name {cli.job_name!r} is the name of another management command: "
+            f"`run_job {cli.job_name}` would mean that command; choose another --name"
         )
     declared = [j for j in schedule.jobs if j.options.command == cli.command] if schedule else []
     if declared:
