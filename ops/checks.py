@@ -13,7 +13,7 @@
 | ops.E010 | error | `.env` has a line load_env could not load (not UTF-8, unparsable) |
 | ops.E011 | error | `.env` is there but unreadable (a dangling link, a directory, no permission) |
 | ops.E012 | error | cronops' migrations are not applied (only `check --database <alias>`) |
-| ops.W001 | warning | healthchecks.io pings are not configured for scheduled jobs |
+| ops.W001 | warning | healthchecks.io pings are not configured (a deployment check: `--deploy`) |
 | ops.W002 | warning | `.env` is readable by its group (unless root owns it and the group is ours) |
 | ops.W003 | warning | the system time zone differs from TIME_ZONE (install_crontab refuses) |
 | ops.W004 | warning | OPS_CRONTAB_DIR does not exist: nothing is scheduled yet |
@@ -213,17 +213,6 @@ def check_crontabd(app_configs=None, **kwargs):
                 )
             )
         sentry = _or_none(conf.sentry_dsn)
-        unpinged = [j.name for j in schedule.jobs if not (j.options.ping or j.options.no_ping)]
-        if unpinged and not _or_none(conf.ping_key) and not sentry:
-            messages.append(
-                Warning(
-                    f"healthchecks.io pings are not configured: {len(unpinged)} scheduled "
-                    f"job(s) ({', '.join(unpinged[:5])}) run unmonitored",
-                    hint="set HEALTHCHECKS_PING_KEY in .env (healthchecks.io project Settings "
-                    "→ API Access), or give each job --ping=UUID or --no-ping in crontab.d",
-                    id="ops.W001",
-                )
-            )
         from .monitors.dsn import SLUG_MAX
 
         long = [j.name for j in schedule.jobs if len(j.name) > SLUG_MAX and not j.options.no_ping]
@@ -238,6 +227,35 @@ def check_crontabd(app_configs=None, **kwargs):
                 )
             )
     return messages
+
+
+@register(Tags.compatibility, deploy=True)
+def check_pings(app_configs=None, **kwargs):
+    """ops.W001, a deployment check (`check --deploy`): healthchecks.io is optional, so a
+    project without it hears of it where Django users look for production warnings, not on
+    every `check` and `runserver` start."""
+    if not _reads_crontabd():
+        return []
+    directory = _or_none(conf.crontab_dir)
+    if directory is None or not directory.is_dir() or not any(directory.glob("*.cron")):
+        return []  # check_settings and check_crontabd say why
+    if _or_none(conf.ping_key) or _or_none(conf.sentry_dsn):
+        return []
+    schedule, _ = _schedule()  # an error is check_crontabd's ops.E001
+    if schedule is None:
+        return []
+    unpinged = [j.name for j in schedule.jobs if not (j.options.ping or j.options.no_ping)]
+    if not unpinged:
+        return []
+    return [
+        Warning(
+            f"healthchecks.io pings are not configured: {len(unpinged)} scheduled "
+            f"job(s) ({', '.join(unpinged[:5])}) run unmonitored",
+            hint="set HEALTHCHECKS_PING_KEY in .env (healthchecks.io project Settings "
+            "→ API Access), or give each job --ping=UUID or --no-ping in crontab.d",
+            id="ops.W001",
+        )
+    ]
 
 
 @register(Tags.compatibility, deploy=False)
