@@ -12,7 +12,8 @@
 | ops.E009 | error | TIME_ZONE is not a time zone Python knows |
 | ops.E010 | error | `.env` has a line load_env could not load (not UTF-8, unparsable) |
 | ops.E011 | error | `.env` is there but unreadable (a dangling link, a directory, no permission) |
-| ops.W001 | warning | healthchecks.io pings are not configured for scheduled jobs |
+| ops.E012 | error | cronops' migrations are not applied (only `check --database <alias>`) |
+| ops.W001 | warning | healthchecks.io pings are not configured (a deployment check: `--deploy`) |
 | ops.W002 | warning | `.env` is readable by its group (unless root owns it and the group is ours) |
 | ops.W003 | warning | the system time zone differs from TIME_ZONE (install_crontab refuses) |
 | ops.W004 | warning | OPS_CRONTAB_DIR does not exist: nothing is scheduled yet |
@@ -23,19 +24,22 @@
 | ops.W012 | warning | SENTRY_DSN or SENTRY_ENVIRONMENT is one Sentry check-ins cannot use |
 
 A check whose setting is broken (E006, E007) skips what depends on it instead of failing on it.
-Whether the database has cronops' tables is not a system check (`migrate` runs the checks
-before it migrates): run_job, job_status and install_crontab say so themselves.
+E012 is a database check: Django runs it only when asked for a database (`check --database
+default`; also `migrate`, which runs the checks before it migrates, so there it stays silent);
+run_job, job_status and install_crontab say so themselves.
 """
 
 import grp
 import os
 import stat
 import sys
+import types
 import zoneinfo
 from pathlib import Path
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError
 
 from . import conf
 
@@ -209,17 +213,6 @@ def check_crontabd(app_configs=None, **kwargs):
                 )
             )
         sentry = _or_none(conf.sentry_dsn)
-        unpinged = [j.name for j in schedule.jobs if not (j.options.ping or j.options.no_ping)]
-        if unpinged and not _or_none(conf.ping_key) and not sentry:
-            messages.append(
-                Warning(
-                    f"healthchecks.io pings are not configured: {len(unpinged)} scheduled "
-                    f"job(s) ({', '.join(unpinged[:5])}) run unmonitored",
-                    hint="set HEALTHCHECKS_PING_KEY in .env (healthchecks.io project Settings "
-                    "→ API Access), or give each job --ping=UUID or --no-ping in crontab.d",
-                    id="ops.W001",
-                )
-            )
         from .monitors.dsn import SLUG_MAX
 
         long = [j.name for j in schedule.jobs if len(j.name) > SLUG_MAX and not j.options.no_ping]
@@ -234,6 +227,35 @@ def check_crontabd(app_configs=None, **kwargs):
                 )
             )
     return messages
+
+
+@register(Tags.compatibility, deploy=True)
+def check_pings(app_configs=None, **kwargs):
+    """ops.W001, a deployment check (`check --deploy`): healthchecks.io is optional, so a
+    project without it hears of it where Django users look for production warnings, not on
+    every `check` and `runserver` start."""
+    if not _reads_crontabd():
+        return []
+    directory = _or_none(conf.crontab_dir)
+    if directory is None or not directory.is_dir() or not any(directory.glob("*.cron")):
+        return []  # check_settings and check_crontabd say why
+    if _or_none(conf.ping_key) or _or_none(conf.sentry_dsn):
+        return []
+    schedule, _ = _schedule()  # an error is check_crontabd's ops.E001
+    if schedule is None:
+        return []
+    unpinged = [j.name for j in schedule.jobs if not (j.options.ping or j.options.no_ping)]
+    if not unpinged:
+        return []
+    return [
+        Warning(
+            f"healthchecks.io pings are not configured: {len(unpinged)} scheduled "
+            f"job(s) ({', '.join(unpinged[:5])}) run unmonitored",
+            hint="set HEALTHCHECKS_PING_KEY in .env (healthchecks.io project Settings "
+            "→ API Access), or give each job --ping=UUID or --no-ping in crontab.d",
+            id="ops.W001",
+        )
+    ]
 
 
 @register(Tags.compatibility, deploy=False)
@@ -376,3 +398,63 @@ def _group_name(gid: int) -> str:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
+
+
+@register(Tags.database)
+def check_migrations(app_configs=None, databases=None, **kwargs):
+    """ops.E012: cronops' migrations not applied to a database it migrates into. A database
+    check (Tags.database): Django runs it only for `check --database <alias>` (and `migrate`,
+    the test runner), never for an ordinary command, so it costs them no query."""
+    if not databases or _migrating():
+        return []
+    if app_configs is not None and not any(c.name == "ops" for c in app_configs):
+        return []
+    from django.db import router
+
+    from . import schema
+    from .models import SlotClaim
+
+    messages = []
+    for alias in databases:
+        if not router.allow_migrate_model(alias, SlotClaim):
+            continue
+        hint = (
+            f"run `{schema.migrate_command(alias)}`; until then run_job, job_status and the "
+            "admin's Cron operations fail, and install_crontab refuses"
+        )
+        try:
+            pending = schema.unapplied(alias)
+        except DatabaseError as exc:
+            messages.append(
+                Error(
+                    f"database {alias!r} cannot be read ({schema.first_line(exc)}): whether "
+                    "cronops' migrations are applied is unknown",
+                    hint=hint,
+                    id="ops.E012",
+                )
+            )
+            continue
+        if pending:
+            messages.append(
+                Error(
+                    f"{len(pending)} of cronops' migrations are not applied to database "
+                    f"{alias!r} ({schema.spelled(pending)})",
+                    hint=hint,
+                    id="ops.E012",
+                )
+            )
+    return messages
+
+
+def _migrating() -> bool:
+    """Whether these checks run inside `migrate` (which runs the database checks just before it
+    migrates): reporting there what it is about to fix would stop it. Its command object is on
+    the stack, however it was started (manage.py, django-admin, call_command, a subclass)."""
+    from django.core.management.commands.migrate import Command as Migrate
+
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), Migrate):
+            return True
+        frame = frame.f_back
+    return False

@@ -427,10 +427,3 @@ def validate(source=None) -> None:
     found = problems(source)
     if found:
         raise found[0]
-
-
-def not_migrated(error: BaseException) -> bool:
-    """Whether a database error says cronops' tables are missing (`migrate` was not run):
-    SQLite's "no such table: ops_…", PostgreSQL's 'relation "ops_…" does not exist'."""
-    text = str(error)
-    return "no such table: ops_" in text or ('relation "ops_' in text and "does not exist" in text)

@@ -1,6 +1,7 @@
 """What the adoption tests share: the built distribution, a fresh virtualenv with the wheel in
-it, an existing Django project (`mysite`, made by `django-admin startproject`, with an app
-`shop` and its command `send_reminders`), and the README section that adds cronops to it."""
+it, an existing Django project (made by `django-admin startproject`, with an app and a command
+of its own: the README's `mysite`, `shop` and `send_reminders`, or other names), and the README
+section that adds cronops to it, read as its numbered steps."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 from .conftest import REPO, untracked_ignore
@@ -36,6 +38,33 @@ class Command(BaseCommand):
 """
 
 
+@dataclass(frozen=True)
+class Names:
+    """A user's project: its directory and settings package, its app, the app's command."""
+
+    project: str
+    app: str
+    command: str
+
+
+# The names the README's example uses, and a project of other names: a step that only works
+# for the README's own names (or a block the walk fills in itself) fails under the other.
+README_NAMES = Names("mysite", "shop", "send_reminders")
+OTHER_NAMES = Names("bakery", "ovens", "preheat_ovens")
+NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
+def as_user(text: str, names: Names) -> str:
+    """`text` of the README with the user's names for the README's (whole words only)."""
+    for readme, own in zip(
+        (README_NAMES.command, README_NAMES.app, README_NAMES.project),
+        (names.command, names.app, names.project),
+        strict=True,
+    ):
+        text = re.sub(rf"\b{readme}\b", own, text)
+    return text
+
+
 def readme_section() -> str:
     text = (REPO / "README.md").read_text()
     start = text.index(SECTION_TITLE)
@@ -55,6 +84,46 @@ def command_lines(code: str) -> list[str]:
     return [
         line for line in code.splitlines() if line.strip() and not line.lstrip().startswith("#")
     ]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One numbered step of the section: its number, its bold title, its text (the block
+    included), and its one block."""
+
+    number: int
+    title: str
+    text: str
+    lang: str
+    code: str
+
+    @property
+    def action(self) -> str:
+        """The step's one action: the command line typed, or "write the <lang> block"."""
+        if self.lang == "sh":
+            [line] = command_lines(self.code)
+            return line
+        return f"write the {self.lang} block"
+
+
+def adoption_steps() -> list[Step]:
+    """The numbered steps before "Watch it", each with its one code block (asserted)."""
+    text = readme_section().split(WATCH_TITLE)[0]
+    parts = re.split(r"^(\d+)\. \*\*(.+?)\*\*", text, flags=re.M)
+    steps = []
+    for number, title, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        blocks = readme_blocks(body)
+        assert len(blocks) == 1, f"step {number} ({title}) has {len(blocks)} code blocks"
+        [(lang, code)] = blocks
+        steps.append(Step(int(number), title, body, lang, code))
+    return steps
+
+
+def stated_step_count() -> int:
+    """The number of steps the section's introduction says it takes ("Nine steps, …")."""
+    intro = readme_section().split("\n1. ", 1)[0]
+    [said] = re.findall(r"\b(\w+) (?:steps|actions)\b", intro)
+    return int(said) if said.isdigit() else NUMBER_WORDS.index(said.lower())
 
 
 def adoption_actions() -> list[str]:
@@ -137,26 +206,27 @@ def shell(line: str, cwd: Path, env: dict, timeout: int = 300) -> subprocess.Com
     )
 
 
-def start_project(parent: Path, env: dict, time_zone: str) -> Path:
+def start_project(parent: Path, env: dict, time_zone: str, names: Names = README_NAMES) -> Path:
     """The user's existing project: `django-admin startproject mysite`, an app `shop` with a
-    management command `send_reminders`, TIME_ZONE the machine's. Returns manage.py's directory."""
+    management command `send_reminders` (or `names`), TIME_ZONE the machine's. Returns
+    manage.py's directory."""
     for line, cwd in (
-        ("django-admin startproject mysite", parent),
-        ("python manage.py startapp shop", parent / "mysite"),
+        (f"django-admin startproject {names.project}", parent),
+        (f"python manage.py startapp {names.app}", parent / names.project),
     ):
         result = shell(line, cwd, env)
         assert result.returncode == 0, result.stderr
-    project = parent / "mysite"
-    commands = project / "shop" / "management" / "commands"
+    project = parent / names.project
+    commands = project / names.app / "management" / "commands"
     commands.mkdir(parents=True)
     (commands.parent / "__init__.py").write_text("")
     (commands / "__init__.py").write_text("")
-    (commands / "send_reminders.py").write_text(SEND_REMINDERS)
-    settings = project / "mysite" / "settings.py"
+    (commands / f"{names.command}.py").write_text(SEND_REMINDERS)
+    settings = project / names.project / "settings.py"
     text = settings.read_text()
     assert "TIME_ZONE = 'UTC'" in text or 'TIME_ZONE = "UTC"' in text, "startproject changed"
     text = re.sub(r"TIME_ZONE = .UTC.", f"TIME_ZONE = {time_zone!r}", text)
-    settings.write_text(text + '\nINSTALLED_APPS += ["shop"]\n')
+    settings.write_text(text + f'\nINSTALLED_APPS += ["{names.app}"]\n')
     return project
 
 
@@ -177,15 +247,8 @@ def write_schedule(project: Path) -> Path:
     return path
 
 
-def typed_lines(tabfile: Path) -> list[str]:
-    """Every command line of the section's shell blocks, in order, as the test types them:
+def typed(line: str, names: Names, tabfile: Path) -> str:
+    """A command line of the README as the test types it in a project of `names`:
     install_crontab works on a file instead of this machine's real crontab."""
-    lines = []
-    for lang, code in readme_blocks():
-        if lang != "sh":
-            continue
-        for line in command_lines(code):
-            if "install_crontab" in line:
-                line = line.replace("install_crontab", f"install_crontab --tabfile={tabfile}")
-            lines.append(line)
-    return lines
+    line = as_user(" ".join(line.split()), names)
+    return line.replace("install_crontab", f"install_crontab --tabfile={tabfile}")

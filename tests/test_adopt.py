@@ -2,12 +2,15 @@
 
 A fresh virtualenv (with the pip `python -m venv` gives it) gets cronops from a clean copy of
 the repository through the README's own `pip install` line, and its `git+file://` form too.
-Then a user's project, made by `django-admin startproject` with an app of its own, gets the
-README's steps typed into a shell (the code blocks of that section, read from the README):
-settings, migrate, a `crontab.d` file naming the project's own command, one `run_job` by hand
-(the slot is claimed: a second run is a no-op), `install_crontab` (on a file), then
-`job_status` and the healthchecks.io keys (pings to the `hc` stand-in on 127.0.0.1); on SQLite
-and on PostgreSQL. The steps up to install_crontab are at most 8 actions.
+Then a user's project, made by `django-admin startproject` with an app of its own (names that
+are not the README's, so that nothing works only for `mysite`), in git, gets the README's
+numbered steps done one by one, each its one code block read from the README: settings,
+migrate, `mkdir crontab.d`, a `crontab.d` file naming the project's own command, `var/` into
+`.gitignore`, one `run_job` by hand (the slot is claimed: a second run is a no-op),
+`job_status`, `install_crontab` (on a file); then the healthchecks.io keys (pings to the `hc`
+stand-in on 127.0.0.1), and `install_crontab --remove`; on SQLite and on PostgreSQL. The number
+of steps the README states is the number walked (issue 32: it said six, a user took eight
+actions).
 
 The distribution built with `python -m build` must hold exactly the app (`ops/`: code,
 migrations, templates).
@@ -15,6 +18,7 @@ migrations, templates).
 
 import datetime as dt
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -27,17 +31,24 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from .adopt import (
+    OTHER_NAMES,
+    README_NAMES,
+    WATCH_TITLE,
     WHEEL_NAME,
     add_cronops,
     adoption_actions,
+    adoption_steps,
+    as_user,
     clean_checkout,
+    command_lines,
     make_venv,
     pip_install_line,
     readme_blocks,
     readme_section,
     shell,
     start_project,
-    typed_lines,
+    stated_step_count,
+    typed,
     user_env,
     write_schedule,
 )
@@ -47,8 +58,8 @@ from .test_deploy import machine_time_zone
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a build and a pip install
 
-# From "I have a Django project" to "my command runs under cron" (the issue's bound).
-MOST_ACTIONS = 8
+# A line of the user's own in the crontab (a file here), which install and remove keep.
+USERS_OWN_LINE = "0 1 * * * /usr/local/bin/backup\n"
 
 
 def _installed_as_the_readme_says(directory: Path) -> dict:
@@ -68,19 +79,27 @@ def fresh_venv(tmp_path_factory) -> Path:
     return Path(made["venv"])
 
 
-def test_the_adoption_is_at_most_eight_actions_ending_with_install_crontab():
+def test_the_readme_states_as_many_steps_as_it_numbers_and_each_is_one_action():
+    """Issue 32. Before: "Six actions", and a user took eight: `mkdir crontab.d` and
+    `job_status` were not among them, nor was `var/` kept out of git."""
+    steps = adoption_steps()
     actions = adoption_actions()
-    print(f"adoption: {len(actions)} actions: {actions}")
-    assert len(actions) <= MOST_ACTIONS, actions
+    print(f"adoption: {len(steps)} steps: {[step.action for step in steps]}")
+    assert stated_step_count() == len(steps) == len(actions)
+    assert [step.number for step in steps] == list(range(1, len(steps) + 1))
+    assert [step.action for step in steps] == actions
     assert actions[0].startswith("pip install") and actions[-1].endswith("install_crontab")
     assert sum("run_job" in action for action in actions) == 1  # one run by hand
+    assert "mkdir crontab.d" in actions and "python manage.py job_status" in actions
+    assert [a for a in actions if ".gitignore" in a and "var/" in a]
+    assert actions.index("mkdir crontab.d") < actions.index("write the crontab block")
+    # How to take the crontab out again is said where it is installed.
+    assert "install_crontab --remove" in " ".join(steps[-1].text.split())
 
 
 def test_the_git_form_of_the_install_line_installs_from_a_clone(tmp_path):
     """The README's alternative, `pip install 'git+file:///path/to/cronops'`, with the pip a
     new virtualenv has: it installs the clone's committed HEAD."""
-    import re
-
     [line] = re.findall(r"`(pip install 'git\+file://[^`]+)`", readme_section())
     checkout = clean_checkout(tmp_path / "cronops")
     for git in (
@@ -216,80 +235,122 @@ def claims(project: Path, backend: str, url: str | None) -> list[tuple]:
         return con.execute(sql).fetchall()
 
 
+def walk_the_steps(project: Path, names, env: dict, tab: Path, expr: str) -> dict:
+    """Each numbered step of the README, in order, in the project of `names`: a shell line is
+    typed, a block is written where its step says. Returns {action: result} of the lines."""
+    outputs = {}
+    walked = []
+    for step in adoption_steps():
+        walked.append(step.number)
+        if step.lang == "sh":
+            line = typed(step.action, names, tab)
+            if line.startswith("pip install"):
+                continue  # 1. typed by the fixture (once for every test)
+            result = shell(line, project, env)
+            assert result.returncode == 0, (step.number, line, result.stdout, result.stderr)
+            outputs[step.action] = result
+        elif step.lang == "python":  # appended to the settings file the step names
+            [where] = re.findall(r"`([\w/]+/settings\.py)`", as_user(step.text, names))
+            settings = project / where
+            settings.write_text(settings.read_text() + "\n" + step.code)
+        elif step.lang == "crontab":  # written into crontab.d, which an earlier step made
+            [where] = re.findall(r"`(crontab\.d/[\w.-]+\.cron)`", as_user(step.text, names))
+            code = as_user(step.code, names)
+            # The README's 09:00 moved twelve hours from now: the job runs five times below
+            # and must find one slot each time (a fire time in between would make it two).
+            assert code.count("0 9 * * *") == 1, code
+            (project / where).write_text(code.replace("0 9 * * *", expr))
+        else:
+            raise AssertionError(f"step {step.number}: no way to walk a {step.lang} block")
+    # The count the README states is the steps walked, one action each.
+    assert walked == list(range(1, stated_step_count() + 1)), walked
+    return outputs
+
+
 def test_a_new_user_follows_the_readme_from_pip_install_to_a_monitored_job(
     fresh_venv, tmp_path, database, hc
 ):
     backend, url = database
     env = user_env(fresh_venv)
-    project = start_project(tmp_path, env, machine_time_zone())
+    names = OTHER_NAMES
+    assert names.project != README_NAMES.project and names.command != README_NAMES.command
+    project = start_project(tmp_path, env, machine_time_zone(), names)
+    assert shell("git init -q", project, env).returncode == 0  # the user's project is in git
     if backend == "pg":
-        settings = project / "mysite" / "settings.py"
+        settings = project / names.project / "settings.py"
         settings.write_text(settings.read_text() + pg_settings(url))
-
-    # 1. install: the fixture typed the README's line (once for every test)
-    lines = typed_lines(tmp_path / "crontab.txt")
-    # 2. settings, 4. crontab.d: the README's blocks, as written
-    add_cronops(project)
-    schedule = write_schedule(project)
-    assert "send_reminders" in schedule.read_text()
-    # The README's 09:00 moved twelve hours from now: the job runs five times below and must
-    # find one slot each time (a fire time in between would make it two, at 09:00 in CI).
+    tab = tmp_path / "crontab.txt"
+    tab.write_text(USERS_OWN_LINE)
     hour = (dt.datetime.now(ZoneInfo(machine_time_zone())).hour + 12) % 24
     expr = f"0 {hour} * * *"
-    assert schedule.read_text().count("0 9 * * *") == 1
-    schedule.write_text(schedule.read_text().replace("0 9 * * *", expr))
 
-    outputs = []
-    for line in lines:
-        if line.startswith("pip install"):
-            continue
-        if "sync_healthchecks" in line:
-            # 7. the keys, in .env as the README shows them (this server instead of hc-ping.com)
-            [dotenv] = [code for lang, code in readme_blocks() if lang == "dotenv"]
-            assert {"HEALTHCHECKS_PING_KEY", "HEALTHCHECKS_API_KEY"} <= {
-                entry.split("=")[0] for entry in dotenv.splitlines()
-            }
-            env_file = project / ".env"
-            env_file.write_text(
-                f"HEALTHCHECKS_PING_KEY={PING_KEY}\nHEALTHCHECKS_API_KEY={API_KEY}\n"
-                f"HEALTHCHECKS_PING_URL={hc.ping_url}\nHEALTHCHECKS_API_URL={hc.api_url}\n"
-            )
-            env_file.chmod(0o600)
-        result = shell(line, project, env)
-        outputs.append((line, result))
-        assert result.returncode == 0, (line, result.stdout, result.stderr)
+    outputs = walk_the_steps(project, names, env, tab, expr)
 
-    [run] = [r for line, r in outputs if "run_job send_reminders" in line]
+    job = names.command
+    [run] = [r for line, r in outputs.items() if "run_job" in line]
     assert "reminded 3 customers" in run.stdout
     # "Run it again and it says `already done for <that slot's date>`"
-    second = shell("python manage.py run_job --no-ping send_reminders", project, env)
+    second = shell(f"python manage.py run_job --no-ping {job}", project, env)
     assert second.returncode == 0, second.stderr
     assert "already done for" in second.stdout and "reminded" not in second.stdout
-    assert claims(project, backend, url) == [("send_reminders", "succeeded")]
+    assert claims(project, backend, url) == [(job, "succeeded")]
 
-    installed = (tmp_path / "crontab.txt").read_text()
-    [job_line] = [line for line in installed.splitlines() if "run_job" in line]
-    assert f"{fresh_venv / 'bin' / 'python'} {project / 'manage.py'} run_job" in job_line
-    assert job_line.endswith("send_reminders") and job_line.startswith(expr)
-
-    [status] = [r for line, r in outputs if "job_status" in line]
-    assert "send_reminders" in status.stdout and " ok " in f" {status.stdout} "
+    [status] = [r for line, r in outputs.items() if "job_status" in line]
+    assert job in status.stdout and " ok " in f" {status.stdout} "
     as_json = shell("python manage.py job_status --json", project, env)
     assert as_json.returncode == 0, as_json.stderr
-    [job] = json.loads(as_json.stdout)["jobs"]
-    assert (job["job"], job["state"]) == ("send_reminders", "ok")
+    [row] = json.loads(as_json.stdout)["jobs"]
+    assert (row["job"], row["state"]) == (job, "ok")
+
+    installed = tab.read_text()
+    assert installed.startswith(USERS_OWN_LINE)
+    [job_line] = [line for line in installed.splitlines() if "run_job" in line]
+    assert f"{fresh_venv / 'bin' / 'python'} {project / 'manage.py'} run_job" in job_line
+    assert job_line.endswith(job) and job_line.startswith(expr)
+
+    # var/ (the run's lock file is there now) is ignored by git; nothing else of cronops' is
+    # left untracked but what the user commits (crontab.d, .gitignore, the settings).
+    assert (project / "var" / "lock").is_dir()
+    ignored = shell("git check-ignore var/lock var/log", project, env)
+    assert ignored.returncode == 0 and len(ignored.stdout.split()) == 2, ignored.stderr
+    untracked = shell("git status --porcelain --untracked-files=all", project, env).stdout
+    assert "var/" not in untracked and "crontab.d/" in untracked, untracked
+
+    # "Watch it": the keys in .env as the README shows them (this server instead of
+    # hc-ping.com), then its sync_healthchecks line.
+    [dotenv] = [code for lang, code in readme_blocks() if lang == "dotenv"]
+    assert {"HEALTHCHECKS_PING_KEY", "HEALTHCHECKS_API_KEY"} <= {
+        entry.split("=")[0] for entry in dotenv.splitlines()
+    }
+    env_file = project / ".env"
+    env_file.write_text(
+        f"HEALTHCHECKS_PING_KEY={PING_KEY}\nHEALTHCHECKS_API_KEY={API_KEY}\n"
+        f"HEALTHCHECKS_PING_URL={hc.ping_url}\nHEALTHCHECKS_API_URL={hc.api_url}\n"
+    )
+    env_file.chmod(0o600)
+    watch = readme_section().split(WATCH_TITLE)[1]
+    [sync] = [line for lang, code in readme_blocks(watch) if lang == "sh"
+              for line in command_lines(code)]  # fmt: skip
+    synced = shell(typed(sync, names, tab), project, env)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
 
     # The check exists (sync_healthchecks armed it: one success that is not a run), and runs
     # ping it: a done slot logs, --force succeeds.
-    assert hc.check("send_reminders").schedule == expr
-    [armed] = hc.pings_of("send_reminders")
+    assert hc.check(job).schedule == expr
+    [armed] = hc.pings_of(job)
     assert armed.body.startswith(b"cronops: armed by sync_healthchecks")
-    again = shell("python manage.py run_job send_reminders", project, env)
-    forced = shell("python manage.py run_job --force send_reminders", project, env)
+    again = shell(f"python manage.py run_job {job}", project, env)
+    forced = shell(f"python manage.py run_job --force {job}", project, env)
     assert again.returncode == forced.returncode == 0, again.stderr + forced.stderr
-    kinds = [p.kind for p in hc.pings_of("send_reminders")]
+    kinds = [p.kind for p in hc.pings_of(job)]
     assert kinds == ["success", "log", "start", "success"], kinds
     assert PING_KEY not in again.stdout + again.stderr + forced.stdout + forced.stderr
+
+    # How the README says to take the crontab out again: the block goes, the user's line stays.
+    [remove] = re.findall(r"`(python manage.py install_crontab\s+--remove)`", readme_section())
+    removed = shell(typed(remove, names, tab), project, env)
+    assert removed.returncode == 0, removed.stderr
+    assert tab.read_text() == USERS_OWN_LINE
 
 
 def test_manage_py_check_tells_a_new_user_what_is_missing(fresh_venv, tmp_path):
@@ -323,4 +384,7 @@ def test_a_run_before_migrate_says_to_migrate(fresh_venv, tmp_path):
     result = shell("python manage.py run_job --no-ping send_reminders", project, env)
 
     assert result.returncode == 1
-    assert result.stderr.strip().endswith("(run `manage.py migrate`)"), result.stderr
+    assert result.stderr.strip() == (
+        "cronops: error: cronops' tables are missing from database 'default' "
+        "(run `manage.py migrate`)"
+    ), result.stderr

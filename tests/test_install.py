@@ -107,6 +107,7 @@ def install_in_process(*args: str) -> tuple[int, str]:
     return 0, stderr.getvalue()
 
 
+@pytest.mark.django_db  # install_crontab asks whether cronops' migrations are applied
 def test_no_file_of_the_malformed_corpus_changes_an_installed_crontab(
     cron_user, settings, tmp_path
 ):

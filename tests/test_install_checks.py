@@ -59,11 +59,18 @@ def test_lock_and_log_directories_that_cannot_be_created_are_errors(sqlite_proje
     assert f"(ops.E004) OPS_LOG_DIR: {env_file}/log cannot be created" in output
 
 
-def test_scheduled_jobs_without_pings_are_a_warning(sqlite_project):
+def test_scheduled_jobs_without_pings_are_a_deployment_warning_only(sqlite_project):
+    """Issue 32: healthchecks.io is optional, so ops.W001 is for `check --deploy` (where Django
+    users look for production warnings), not every `check` and `runserver` start."""
     sqlite_project.write_cron("10-billing.cron", GOOD)
 
     code, output = check(sqlite_project)
+    deploy = sqlite_project.manage("check", "--deploy")
 
     assert code == 0
-    assert "(ops.W001) healthchecks.io pings are not configured" in output
-    assert "HEALTHCHECKS_PING_KEY" in output
+    assert "ops.W001" not in output
+    assert deploy.returncode == 0, deploy.stderr
+    assert "(ops.W001) healthchecks.io pings are not configured" in deploy.stderr
+    assert "HEALTHCHECKS_PING_KEY" in deploy.stderr
+    sqlite_project.write_env(HEALTHCHECKS_PING_KEY=PING_KEY)
+    assert "ops.W001" not in sqlite_project.manage("check", "--deploy").stderr

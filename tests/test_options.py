@@ -326,3 +326,26 @@ def test_standby_and_no_standby_together_are_refused(argv):
 def test_no_standby_among_the_commands_own_words_is_the_commands():
     opts = parse_run_args(["--standby", "clearsessions", "--no-standby"])
     assert opts.standby is True and opts.args == ["--no-standby"]
+
+
+@pytest.mark.parametrize(
+    "argv, meant",
+    [
+        (["--timout=10m", "x"], "--timeout"),
+        (["--timout", "10m", "x"], "--timeout"),
+        (["--no-pings", "x"], "--no-ping"),
+        (["--catchup=3", "x"], "--catch-up"),
+        (["--quiet", "--retires=3", "x"], "--retries"),
+    ],
+)
+def test_a_misspelled_runner_option_is_one_line_with_did_you_mean(argv, meant):
+    wrong = next(word for word in argv if word not in ("--quiet",))
+    with pytest.raises(OptionsError) as refused:
+        parse_run_args(argv)
+    assert str(refused.value) == f"unknown runner option '{wrong}': did you mean {meant}?"
+
+
+def test_an_option_like_no_runner_option_keeps_argparses_message():
+    with pytest.raises(OptionsError) as refused:
+        parse_run_args(["--bogus", "x"])
+    assert str(refused.value) == "unrecognized arguments: --bogus"

@@ -448,3 +448,40 @@ def test_standby_and_no_standby_together_exit_2(sqlite_project):
     result = sqlite_project.run_job("--standby", "--no-standby", "sleep_demo", "--seconds=0")
     refused(result, "--standby and --no-standby contradict each other")
     nothing_recorded(sqlite_project)
+
+
+def test_a_misspelled_runner_option_or_command_gets_did_you_mean(sqlite_project):
+    """Issue 32. Before: `unrecognized arguments: --timout=10m`, and `unknown command
+    'reorder_part': …` without Django's own `Did you mean reorder_parts?`."""
+    project = sqlite_project
+    project.add_command("reorder_parts", "print('reordered')")
+
+    option = project.run_job("--timout=10m", "reorder_parts")
+    command = project.run_job("reorder_part")
+
+    assert refused(option).endswith("unknown runner option '--timout=10m': did you mean --timeout?")
+    assert refused(command, "unknown command 'reorder_part'").endswith(
+        " Did you mean reorder_parts?"
+    )
+    # A job declared in crontab.d is a name run_job takes, so it is a suggestion too.
+    project.write_cron("h.cron", "@daily --no-ping --name=clear-sessions clearsessions\n")
+    declared = project.run_job("clear-sesions")
+    assert refused(declared).endswith(" Did you mean clear-sessions?")
+    nothing_recorded(project)
+
+
+def test_a_misspelling_in_a_crontab_d_line_gets_did_you_mean(sqlite_project):
+    project = sqlite_project
+    project.write_cron("t.cron", "0 3 * * * --timout=10m charge_daily\n")
+    option = project.manage("check")
+    project.write_cron("t.cron", "0 3 * * * charge_dayly\n")
+    command = project.manage("install_crontab", "--dry-run")
+
+    assert option.returncode == 1
+    assert "unknown runner option '--timout=10m': did you mean --timeout?" in option.stderr
+    assert command.returncode == 2
+    [line] = command.stderr.strip().splitlines()
+    assert (
+        "t.cron:1: unknown management command 'charge_dayly'. Did you mean charge_daily? (in: "
+        in (line)
+    )

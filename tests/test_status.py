@@ -703,8 +703,8 @@ def test_an_unreadable_database_is_one_line_and_exit_2(sqlite_project, tmp_path)
     result = sqlite_project.manage("job_status")
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "CommandError: cannot read the run history: no such table: ops_jobrun "
-        "(run `manage.py migrate`)"
+        "CommandError: cannot read the run history: cronops' tables are missing from database "
+        "'default' (run `manage.py migrate`)"
     )
 
 

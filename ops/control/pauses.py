@@ -146,7 +146,7 @@ def command_database_errors():
     from django.core.management.base import CommandError
     from django.db import DatabaseError
 
-    from .. import conf
+    from .. import schema
     from ..run import patience
 
     try:
@@ -154,9 +154,8 @@ def command_database_errors():
     except patience.Locked as exc:
         raise CommandError(f"database unavailable: {exc}", returncode=2) from None
     except DatabaseError as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
-        raise CommandError(f"database unavailable: {first}{hint}", returncode=2) from None
+        message = schema.explained(exc) or f"database unavailable: {schema.first_line(exc)}"
+        raise CommandError(message, returncode=2) from None
 
 
 def _begin() -> None:

@@ -23,6 +23,7 @@ from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_sch
 from ..schedule.options import (
     OptionsError,
     RunOptions,
+    close_match,
     merge,
     parse_run_args,
     shown,
@@ -143,9 +144,13 @@ def _check_ad_hoc(cli: RunOptions, schedule) -> None:
             f"run_job cannot run run_job: write the command itself (`run_job {spelled}`)"
         )
     if cli.command not in commands and not cli.is_task:
+        names = [c for c in commands if c != "run_job"]
+        names += [j.name for j in schedule.jobs] if schedule else []
+        meant = close_match(cli.command, names)  # as Django's own "Did you mean …?"
         raise UsageError(
             f"unknown command {shown(cli.command)}: not a management command, a task's dotted "
             "path (module.function) or a job in crontab.d"
+            + (f". Did you mean {meant}?" if meant else "")
         )
     if cli.job_name != cli.command and cli.job_name in commands:  # a task's too: `check`
         raise UsageError(

@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
-from .. import conf
+from .. import conf, schema
 from ..control import actions, pauses
 from ..models import JobRun, Outcome
 from ..monitors import monitors
@@ -576,9 +576,11 @@ def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") ->
         _could_not_start(plan, argv, str(exc))
         return 1
     except DatabaseError as exc:
-        hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
-        say(f"error: database unavailable: {one_line(exc)}{hint}", stderr)
-        _could_not_start(plan, argv, f"database unavailable: {one_line(exc)}{hint}")
+        # The tables missing (migrate forgotten) or the database unreachable: told apart from
+        # the error alone, on this path only (ops/schema.py).
+        message = schema.explained(exc) or f"database unavailable: {one_line(exc)}"
+        say(f"error: {message}", stderr)
+        _could_not_start(plan, argv, message)
         return 1
 
 

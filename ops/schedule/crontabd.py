@@ -24,6 +24,7 @@ from .options import (
     SCHEDULE_OPTIONS,
     OptionsError,
     RunOptions,
+    close_match,
     parse_run_args,
     shown,
     task_options_problem,
@@ -419,11 +420,9 @@ def _parse_job_line(line, raw, path, lineno, known, check_args, second_opinion=F
     try:
         options = parse_run_args(argv)
     except OptionsError as exc:
+        valid = f" (valid: {' '.join(SCHEDULE_OPTIONS)}, before the command)"
         raise CrontabError(
-            path,
-            lineno,
-            f"runner options: {exc} (valid: {' '.join(SCHEDULE_OPTIONS)}, before the command)",
-            raw,
+            path, lineno, f"runner options: {exc}{'' if exc.suggested else valid}", raw
         ) from None
     if options.logical_date is not None or options.force:
         raise CrontabError(
@@ -448,13 +447,15 @@ def _parse_job_line(line, raw, path, lineno, known, check_args, second_opinion=F
     if why:
         raise CrontabError(path, lineno, why, raw)
     if known is not None and options.command not in known and not options.is_task:
-        raise CrontabError(
-            path,
-            lineno,
-            f"unknown management command {options.command!r} (see `manage.py help` for "
-            "the commands this project has)",
-            raw,
-        )
+        meant = close_match(options.command, (c for c in known if c != "run_job"))
+        if meant is not None:  # Django's own words for an unknown command
+            why = f"unknown management command {options.command!r}. Did you mean {meant}?"
+        else:
+            why = (
+                f"unknown management command {options.command!r} (see `manage.py help` for "
+                "the commands this project has)"
+            )
+        raise CrontabError(path, lineno, why, raw)
     name = options.job_name
     if known is not None and name != options.command and name in known:
         raise CrontabError(

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -378,8 +378,11 @@ def install_crontab(
     allow_tz_mismatch: bool = False,
     settings=None,
     schedule: Schedule | None = None,
+    before_writing: Callable[[], None] | None = None,
 ) -> Result:
-    """Install (or with `remove`, take out) this project's block. InstallError when refusing."""
+    """Install (or with `remove`, take out) this project's block. InstallError when refusing.
+    `before_writing` is called once crontab.d and the time zone passed, before an install that
+    writes (not for --dry-run, --check or --remove); it refuses by raising InstallError."""
     if settings is None:
         from django.conf import settings
     if user is not None and tabfile is not None:
@@ -409,6 +412,8 @@ def install_crontab(
         block = "".join(line + "\n" for line, _ in lines)
         origins = [where for _, where in lines]
         check_no_secrets(block, known_secrets(settings))
+        if before_writing is not None and not (dry_run or check):
+            before_writing()
     target = TabFile(Path(tabfile)) if tabfile is not None else UserCrontab(user)
     log_dir = None if remove else paths.log_dir
     if dry_run or check:  # reads only: no lock to wait for

@@ -74,7 +74,19 @@ def shown(text: str, limit: int = SHOWN_MAX) -> str:
 
 
 class OptionsError(ValueError):
-    """A runner option or the command part is malformed (usage error, exit 2)."""
+    """A runner option or the command part is malformed (usage error, exit 2). `suggested`: the
+    runner option a misspelled one was close to (the message says "did you mean" it)."""
+
+    suggested: str | None = None
+
+
+def close_match(word: str, candidates) -> str | None:
+    """The candidate `word` is most likely a misspelling of, as Django's ManagementUtility
+    picks one for an unknown command (difflib.get_close_matches, its default cutoff)."""
+    import difflib  # only on an error's path
+
+    found = difflib.get_close_matches(word, list(candidates), n=1)
+    return found[0] if found else None
 
 
 @dataclass
@@ -408,12 +420,37 @@ def parse_run_args(argv: list[str]) -> RunOptions:
     options = _leading_options(argv)
     if "--no-standby" in options and any(o.split("=", 1)[0] == "--standby" for o in options):
         raise OptionsError("--standby and --no-standby contradict each other: give one")
-    ns = _PARSER.parse_args(_mark_bare_standby(argv))
+    try:
+        ns = _PARSER.parse_args(_mark_bare_standby(argv))
+    except OptionsError as exc:
+        if str(exc).startswith("unrecognized arguments:"):
+            _suggest(options)
+        raise
     if ns.command.startswith("-"):
+        _suggest(options)
         raise OptionsError(f"unknown runner option {shown(ns.command)}")
     given = {f for f in _FIELDS if getattr(ns, f) is not None}
     values = {f: getattr(ns, f) for f in given}
     return RunOptions(command=ns.command, args=list(ns.args), given=given, **values)
+
+
+def _suggest(leading: list[str]) -> None:
+    """Refuse the first of the `leading` option words that is no runner option with "did you
+    mean" the one it is close to (`--timout=10m`: `--timeout`); nothing when none is close."""
+    known = [o for a in _PARSER._actions for o in a.option_strings]
+    for word in leading:
+        option = word.split("=", 1)[0]
+        if option in known:
+            continue
+        # Compared without the dashes, which every option shares (`--bogus` is not `--log`).
+        bare = {o.lstrip("-"): o for o in known}
+        meant = close_match(option.lstrip("-"), bare)
+        if meant is None:
+            return
+        meant = bare[meant]
+        error = OptionsError(f"unknown runner option {shown(word)}: did you mean {meant}?")
+        error.suggested = meant
+        raise error
 
 
 def _takes_separate_value(action: argparse.Action) -> bool:

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
-from ops import conf
+from ops import conf, schema
 from ops.schedule.crontab_text import EXIT_CRONTABD, EXIT_WOULD_CHANGE, InstallError
 from ops.schedule.installer import install_crontab
 
@@ -9,7 +10,8 @@ class Command(BaseCommand):
     help = (
         "Install crontab.d/ as this project's block in the user's crontab (every other line is "
         "kept byte for byte). Exit codes: 0 installed or up to date, 1 --check found a change, "
-        "2 crontab.d error, 3 time-zone mismatch, 4 the crontab could not be read or written."
+        "2 crontab.d error or cronops' migrations not applied, 3 time-zone mismatch, 4 the "
+        "crontab could not be read or written."
     )
     requires_system_checks = []  # it validates what it needs and refuses on its own terms
 
@@ -37,11 +39,20 @@ class Command(BaseCommand):
                 check=options["check"],
                 remove=options["remove"],
                 allow_tz_mismatch=options["allow_tz_mismatch"],
+                before_writing=self.refuse_unmigrated,
             )
         except InstallError as exc:
             raise CommandError(str(exc), returncode=exc.returncode) from None
         except conf.SettingError as exc:
             raise CommandError(str(exc), returncode=EXIT_CRONTABD) from None
+        if (options["dry_run"] or options["check"]) and not options["remove"]:
+            # Read-only (the deploy's dry run comes before its migrate): said, not refused.
+            pending = self.unapplied()
+            if pending:
+                self.stderr.write(
+                    f"note: {pending}: install_crontab refuses to install until "
+                    f"`{schema.migrate_command(schema.ops_alias())}`"
+                )
         for line in result.lines[:-1]:
             self.stdout.write(line, ending="\n")
         last = result.lines[-1]
@@ -51,3 +62,30 @@ class Command(BaseCommand):
                 returncode=EXIT_WOULD_CHANGE,
             )
         self.stdout.write(self.style.SUCCESS(last) if result.changed else last)
+
+    def unapplied(self) -> str:
+        """'N of cronops' migrations are not applied to database X', or '' when they are (or
+        when the database cannot be read: said on stderr, an install goes ahead, as one made
+        where the database is not reachable yet, a container's build, did before)."""
+        alias = schema.ops_alias()
+        try:
+            pending = schema.unapplied(alias)
+        except DatabaseError as exc:
+            self.stderr.write(
+                f"warning: database {alias!r} cannot be read ({schema.first_line(exc)}): "
+                "whether cronops' migrations are applied is unknown"
+            )
+            return ""
+        if not pending:
+            return ""
+        return f"{len(pending)} of cronops' migrations are not applied to database {alias!r}"
+
+    def refuse_unmigrated(self) -> None:
+        """Every line installed before `migrate` would fail: refuse, changing nothing."""
+        pending = self.unapplied()
+        if pending:
+            raise InstallError(
+                f"{pending}: every installed line would fail; run "
+                f"`{schema.migrate_command(schema.ops_alias())}` first",
+                EXIT_CRONTABD,
+            )

@@ -1,6 +1,8 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from django.utils import timezone
 
+from ops import schema
 from ops.models import JobRun
 from ops.run.output import settle
 
@@ -16,6 +18,10 @@ class Command(BaseCommand):
     def handle(self, *args, job=None, limit=20, **options):
         try:
             self._print(job, limit)
+        except DatabaseError as exc:  # one line, as job_status says it (exit 2)
+            raise CommandError(
+                f"cannot read the run history: {schema.database_error_line(exc)}", returncode=2
+            ) from None
         except BrokenPipeError:
             # `job_history | head`: the reader has what it wanted. Drop what is still buffered
             # (the flush at exit would fail again, with a traceback) and end quietly.

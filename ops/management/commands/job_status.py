@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from django.utils import timezone
 
-from ops import conf
+from ops import conf, schema
 from ops.monitors import metrics, status, status_render
 from ops.schedule.crontabd import CrontabError, load_schedule
 
@@ -76,10 +76,8 @@ class Command(BaseCommand):
         except status.UnknownJob as exc:
             raise CommandError(str(exc), returncode=2) from None
         except DatabaseError as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            hint = " (run `manage.py migrate`)" if conf.not_migrated(exc) else ""
             raise CommandError(
-                f"cannot read the run history: {first}{hint}", returncode=2
+                f"cannot read the run history: {schema.database_error_line(exc)}", returncode=2
             ) from None
         text = render(report, fmt)
         if output:

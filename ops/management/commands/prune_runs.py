@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from django.utils import timezone
 
+from ops import schema
 from ops.run.retention import prune_runs
 from ops.schedule.durations import parse_duration
 
@@ -36,8 +37,13 @@ class Command(BaseCommand):
         try:
             result = prune_runs(now=timezone.now(), older_than=seconds, dry_run=dry_run, job=job)
         except DatabaseError as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise CommandError(f"cannot prune the run history: {first}", returncode=1) from None
+            # cronops' tables missing is a configuration error (exit 2); any other database
+            # error, as before, exit 1.
+            explained = schema.explained(exc)
+            raise CommandError(
+                f"cannot prune the run history: {explained or schema.first_line(exc)}",
+                returncode=2 if explained else 1,
+            ) from None
         cutoff = timezone.localtime(result.cutoff).strftime("%Y-%m-%d %H:%M %Z")
         if verbosity > 1:
             jobs = set(result.per_job) | set(result.claims_per_job) | set(result.effects_per_job)
