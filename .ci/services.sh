@@ -65,11 +65,14 @@ fi
 # with the runtime dependencies only, the app's and the example project's (the deployed copy
 # under test brings its own code).
 E2E_VENV=/opt/cronops-ci/venv
-if [ ! -x "$E2E_VENV/bin/python" ] || [ pyproject.toml -nt "$E2E_VENV/.installed" ]; then
+# Made again when the requirements differ from those it was made with (a checkout's mtimes
+# say nothing about that).
+E2E_REQUIREMENTS=$(/usr/bin/python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["example"]))')
+if [ ! -x "$E2E_VENV/bin/python" ] || [ ! -e "$E2E_VENV/.installed" ] ||
+   [ "$E2E_REQUIREMENTS" != "$(cat "$E2E_VENV/requirements.txt" 2>/dev/null)" ]; then
   rm -rf "$E2E_VENV"
   /usr/bin/python3 -m venv "$E2E_VENV"
-  /usr/bin/python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["example"]))' \
-    > "$E2E_VENV/requirements.txt"
+  printf '%s\n' "$E2E_REQUIREMENTS" > "$E2E_VENV/requirements.txt"
   "$E2E_VENV/bin/pip" install -q --disable-pip-version-check -r "$E2E_VENV/requirements.txt"
   chmod -R a+rX /opt/cronops-ci
   touch "$E2E_VENV/.installed"
