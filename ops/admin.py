@@ -183,6 +183,7 @@ class JobRunAdmin(ReadOnlyAdmin):
                     "rid",
                     "command",
                     "started_by",
+                    "started_how",
                 ]
             },
         ),
@@ -206,6 +207,10 @@ class JobRunAdmin(ReadOnlyAdmin):
         if request.GET.get(JobFilter.parameter_name):
             return ["-started_at", "-id"]
         return ["-id"]
+
+    @admin.display(description="started how")
+    def started_how(self, obj):
+        return obj.started_how  # cron, by hand (who, at a terminal or not), Jobs page, retry...
 
     @admin.display(description="started", ordering="started_at")
     def started(self, obj):
