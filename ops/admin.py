@@ -208,6 +208,7 @@ class JobRunAdmin(ReadOnlyAdmin):
                     "rid",
                     "command",
                     "started_by",
+                    "started_how",
                 ]
             },
         ),
@@ -287,7 +288,7 @@ class JobRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="host, started by", ordering="host")
     def host_started_by(self, obj):
-        return two_lines(obj.host or "-", obj.started_by, "cronops-started-by cronops-quiet")
+        return two_lines(obj.host or "-", obj.started_how, "cronops-started-by cronops-quiet")
 
     @admin.display(description="output tail")
     def output(self, obj):

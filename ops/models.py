@@ -20,6 +20,21 @@ class Outcome(models.TextChoices):
     BLOCKED = "blocked"
 
 
+class Trigger(models.TextChoices):
+    """How a run was started (ops/run/origin.py): what run_job found at its start, except for
+    an attempt after the first (--retries) and an earlier slot run by --catch-up."""
+
+    CRON = "cron", "cron"
+    TERMINAL = "terminal", "by hand, at a terminal"
+    HAND = "hand", "by hand, no terminal"
+    PAGE = "page", "the Jobs page"
+    RETRY = "retry", "retry (--retries)"
+    CATCH_UP = "catch_up", "catch-up (--catch-up)"
+
+
+WHO_CHARS = 18  # of a user's name in started_how
+
+
 class JobRun(models.Model):
     """One attempt of one job: every run, skip and dead attempt is kept (the history)."""
 
@@ -42,8 +57,12 @@ class JobRun(models.Model):
     rid = models.CharField(max_length=36, blank=True, default="")
     command = models.CharField(max_length=500, blank=True, default="")
     output_tail = models.TextField(blank=True, default="")
-    # Who started it from the admin's jobs page (Run now, Run again); "" for cron and the shell.
+    # Who started it: the Jobs page's user (Run now, Run again), the OS user by hand ("alice",
+    # "alice as app" under sudo); "" for cron. How: `trigger` ("" on rows before ops 0011).
     started_by = models.CharField(max_length=150, blank=True, default="", db_default="")
+    trigger = models.CharField(
+        max_length=16, choices=Trigger.choices, blank=True, default="", db_default=""
+    )
     # A fire refused because the job was paused (ops/control/pauses.py): one per slot at most.
     paused = models.BooleanField(default=False, db_default=False)
     # Which attempt at its slot this row is (--retries, ops/run/retries.py): 1, then 2, 3...
@@ -65,6 +84,10 @@ class JobRun(models.Model):
         indexes = [
             models.Index(fields=["job", "-started_at"], name="ops_run_job_started"),
             models.Index(fields=["job", "outcome", "-started_at"], name="ops_run_job_outcome"),
+            # job_status's last success: the latest slot that succeeded, whenever it ran
+            models.Index(
+                fields=["job", "outcome", "-scheduled_at"], name="ops_run_job_outcome_sched"
+            ),
         ]
         constraints = [
             # Every fire of a paused slot (a second server's, a retry) finds this row: one skip.
@@ -77,6 +100,23 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job} {self.slot or self.started_at.isoformat()} {self.outcome}"
+
+    @property
+    def started_how(self) -> str:
+        """How the run was started, in a few words: `cron`, `alice, terminal`, `alice, no
+        terminal`, `alice (Jobs page)`, `retry, attempt 2`, `catch-up`; `-` when unknown."""
+        who = self.started_by
+        if len(who) > WHO_CHARS:
+            who = who[: WHO_CHARS - 1] + "…"
+        how: dict[str, str] = {
+            Trigger.CRON: "cron",
+            Trigger.TERMINAL: f"{who}, terminal",
+            Trigger.HAND: f"{who}, no terminal",
+            Trigger.PAGE: f"{who} (Jobs page)",
+            Trigger.RETRY: f"retry, attempt {self.attempt}",
+            Trigger.CATCH_UP: "catch-up",
+        }
+        return how.get(self.trigger, f"{who} (Jobs page)" if who else "-")  # before ops 0011
 
 
 class SlotClaim(models.Model):

@@ -78,11 +78,11 @@ def test_run_now_starts_run_job_detached_in_a_session_of_its_own_and_records_who
         ),
         "the run to succeed",
     )
-    [(started_by,)] = project.db.query("SELECT started_by FROM ops_jobrun WHERE id = ?", (run_id,))
-    assert started_by == "alice"
+    [who] = project.db.query("SELECT started_by, trigger FROM ops_jobrun WHERE id = ?", (run_id,))
+    assert who == ("alice", "page")
     assert "holding" in log.read_text() and "released" in log.read_text()
-    skip = project.db.query("SELECT outcome, started_by FROM ops_jobrun WHERE id <> ?", (run_id,))
-    assert skip == [("skipped", "")]  # cron's fire is nobody's action
+    skip = project.db.query("SELECT outcome, trigger FROM ops_jobrun WHERE id <> ?", (run_id,))
+    assert skip in ([("skipped", "hand")], [("skipped", "terminal")])  # nobody's action
 
 
 def test_the_action_id_never_reaches_the_job_or_what_it_starts(project, tmp_path):
@@ -174,3 +174,8 @@ def test_a_double_click_on_run_it_again_force_runs_the_slot_once(project):
         ("succeeded",),
         ("succeeded",),
     ]
+    # Issue 32: the history says the forced run came from the Jobs page, and who clicked.
+    [(trigger, started_by)] = project.db.query(
+        "SELECT trigger, started_by FROM ops_jobrun ORDER BY id DESC LIMIT 1"
+    )
+    assert (trigger, started_by) == ("page", "admin")

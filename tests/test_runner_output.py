@@ -265,7 +265,8 @@ def test_after_a_job_closed_both_streams_the_runner_still_says_why_it_ended(sqli
     result = project.run_job("--timeout=1s", "t_close")
 
     assert result.returncode == 124
-    assert result.stderr == "cronops: job t_close: timed out after 1s\n"
+    said = "cronops: job t_close: timed out after 1s (exit 124); nothing on stderr\n"
+    assert result.stderr == said
     assert [r[3:5] for r in project.db.runs("t_close")] == [("timed_out", 124)]
 
 

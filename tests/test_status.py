@@ -593,6 +593,9 @@ def test_the_json_schema_is_the_documented_one(cron_dir):
         "lag",
         "host",
         "note",
+        "trigger",  # how it was started (issue 32): cron, terminal, hand, page, retry, catch_up
+        "started_by",
+        "started_how",
     }
     for job in document["jobs"]:
         assert set(job) == set(job_keys), job["job"]
@@ -746,3 +749,57 @@ def test_job_history_widens_its_slot_column_for_wall_clock_keys():
     # every column starts where its title does: the key does not push the outcome along
     assert row.index("succeeded") == header.index("outcome")
     assert "2026-10-25 02:30+02:00 succeeded" in row
+
+
+def test_last_success_is_the_latest_slot_that_succeeded_after_a_past_date_run_by_hand(project):
+    """Issue 32: today's slot succeeded, then a past date was run by hand; job_status (text and
+    --json), the metrics and the jobs page showed the past date as the last success."""
+    from .conftest import DAILY, DAILY_DATE
+
+    project.write_cron("t.cron", f"{DAILY} --name=report sleep_demo --seconds=0\n")
+    assert project.run_job("--no-ping", "report").returncode == 0
+    past = DAILY_DATE - dt.timedelta(days=300)
+    assert project.run_job("--no-ping", f"--logical-date={past}", "report").returncode == 0
+    [(today_id, finished)] = project.db.query(
+        "SELECT id, finished_at FROM ops_jobrun WHERE logical_date = ?", (DAILY_DATE.isoformat(),)
+    )
+    document = json.loads(project.manage("job_status", "--json", "--job", "report").stdout)
+    success = document["jobs"][0]["last_success"]
+    assert (success["id"], success["logical_date"]) == (today_id, DAILY_DATE.isoformat())
+    assert document["jobs"][0]["last_run"]["logical_date"] == past.isoformat()
+    table = project.manage("job_status", "--job", "report").stdout.splitlines()
+    assert f"  {DAILY_DATE.isoformat()} " in table[1] and past.isoformat() not in table[1]
+    metrics = project.manage("job_status", "--format=prometheus", "--job", "report").stdout
+    if not isinstance(finished, dt.datetime):  # SQLite: naive UTC text
+        finished = dt.datetime.fromisoformat(finished).replace(tzinfo=UTC)
+    name = 'cronops_job_last_success_timestamp_seconds{job_name="report"} '
+    [value] = [line.removeprefix(name) for line in metrics.splitlines() if line.startswith(name)]
+    assert float(value) == pytest.approx(finished.timestamp(), abs=0.001)
+
+
+@pytest.mark.django_db
+def test_the_jobs_page_and_the_metrics_show_the_same_latest_slot_success_as_job_status(cron_dir):
+    from ops import jobs_page
+    from ops.monitors import metrics
+    from ops.monitors.status_render import success_words
+
+    today = at("2026-11-29 03:00:00")
+    common = {"job": "ok-job", "outcome": "succeeded", "exit_code": 0, "host": "web1", "pid": 1}
+    served = JobRun.objects.create(
+        slot="2026-11-29", logical_date=today.date(), scheduled_at=today,
+        started_at=today, finished_at=today + dt.timedelta(seconds=5), **common,
+    )  # fmt: skip
+    JobRun.objects.create(
+        slot="2026-01-15", logical_date=dt.date(2026, 1, 15), scheduled_at=at("2026-01-15 03:00"),
+        started_at=at("2026-11-29 11:40"), finished_at=at("2026-11-29 11:41"), **common,
+    )  # fmt: skip
+    with time_machine.travel(NOW, tick=False):
+        report = status.collect(schedule_of(), now=NOW, tz=UTC, only="ok-job")
+        [row] = jobs_page.job_rows(report)
+    [job] = report.jobs
+    assert job.last_success is not None and job.last_success.pk == served.pk
+    assert row.last_success == success_words(served, job.grace, UTC) == "2026-11-29 03:00 slot"
+    assert (
+        f'cronops_job_last_success_timestamp_seconds{{job_name="ok-job"}} '
+        f"{served.finished_at.timestamp():.0f}"
+    ) in metrics.render(report)

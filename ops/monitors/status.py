@@ -63,7 +63,7 @@ FAILURES = (
 # database past 3 heartbeats) is not its slot's outcome: the run that took it over has that.
 NOT_ATTEMPTS = (Outcome.SKIPPED, Outcome.TAKEN_OVER)
 WINDOW = 20  # recent attempts read per job: medians and the failure streak come from these
-CHUNK = 100  # jobs per statement: 200 compound terms, under SQLite's limit of 500
+CHUNK = 100  # jobs per statement: 300 compound terms, under SQLite's limit of 500
 
 _RUN_FIELDS = (
     "id",
@@ -82,6 +82,9 @@ _RUN_FIELDS = (
     "duration",
     "lag",
     "host",
+    "attempt",
+    "trigger",
+    "started_by",
 )
 
 
@@ -188,12 +191,16 @@ def per_job_windows(
     return statements
 
 
-def _latest_runs(names: list[str]) -> dict[str, tuple[list[JobRun], JobRun | None]]:
-    """{job: (its last WINDOW attempts newest first, its last success)} for every job in
-    `names`: (job, -started_at) and (job, outcome, -started_at) scans (`per_job_windows`),
-    through `raw()`, which still converts the rows by the model's fields."""
+Latest = tuple[list[JobRun], JobRun | None, JobRun | None]
+
+
+def _latest_runs(names: list[str]) -> dict[str, Latest]:
+    """{job: (its last WINDOW attempts newest first, its last success to start, its success of
+    the latest slot)} for every job in `names`: (job, -started_at), (job, outcome, -started_at)
+    and (job, outcome, -scheduled_at) scans (`per_job_windows`), through `raw()`, which still
+    converts the rows by the model's fields."""
     q = connection.ops.quote_name
-    outcome, started = q("outcome"), q("started_at")
+    outcome, started, slot_at = q("outcome"), q("started_at"), q("scheduled_at")
     statements = per_job_windows(
         names,
         [*_RUN_FIELDS, "pid"],
@@ -204,19 +211,37 @@ def _latest_runs(names: list[str]) -> dict[str, tuple[list[JobRun], JobRun | Non
                 [*NOT_ATTEMPTS],
             ),
             ("s", f"{outcome} = %s ORDER BY {started} DESC LIMIT 1", [Outcome.SUCCEEDED]),
+            (
+                "t",
+                f"{outcome} = %s AND {slot_at} IS NOT NULL ORDER BY {slot_at} DESC LIMIT 1",
+                [Outcome.SUCCEEDED],
+            ),
         ],
     )
-    result: dict[str, tuple[list[JobRun], JobRun | None]] = {n: ([], None) for n in names}
+    result: dict[str, Latest] = {n: ([], None, None) for n in names}
     for sql, params in statements:
         for run in JobRun.objects.raw(sql, params):
-            runs = result[run.job][0]
+            runs, by_start, by_slot = result[run.job]
             if run.kind == "r":
                 runs.append(run)
+            elif run.kind == "s":
+                result[run.job] = (runs, run, by_slot)
             else:
-                result[run.job] = (runs, run)
-    for runs, _ in result.values():  # each subquery's order is its own: sort again
+                result[run.job] = (runs, by_start, run)
+    for runs, _, _ in result.values():  # each subquery's order is its own: sort again
         runs.sort(key=lambda r: (r.started_at, r.pk), reverse=True)
     return result
+
+
+def latest_slot(by_start: JobRun | None, by_slot: JobRun | None) -> JobRun | None:
+    """The last success as job_status shows it: the one that served the latest slot, whenever
+    it ran (a past date run by hand after today's slot is not it); a run without a slot counts
+    for its start."""
+    if by_start is None or by_slot is None:
+        return by_start or by_slot
+    assert by_slot.scheduled_at is not None
+    served = by_start.scheduled_at or by_start.started_at
+    return by_start if served >= by_slot.scheduled_at else by_slot
 
 
 def _failure_streak(recent: list[JobRun]) -> int | None:
@@ -365,25 +390,26 @@ def job_statuses(
     long = _long_streaks(
         {
             name: (success.started_at if success is not None else None)
-            for name, (_, success) in latest.items()
+            for name, (_, success, _) in latest.items()
             if window[name] is None
         }
     )
+    success = {name: latest_slot(s, t) for name, (_, s, t) in latest.items()}
     streaks = {name: long[name] if count is None else count for name, count in window.items()}
     due = {name: _due_slot(job, now, tz) for name, job in jobs}
     unsure = {
         name: slot
         for name, slot in due.items()
-        if slot is not None and not _covered(slot, latest[name][1])
+        if slot is not None and not _covered(slot, success[name])
     }
     done = _done_slots(unsure) if unsure else set()
-    running = _running_claims([recent[0] for recent, _ in latest.values() if recent])
+    running = _running_claims([recent[0] for recent, _, _ in latest.values() if recent])
     return [
         _job_status(
             name,
             job,
             recent=latest[name][0],
-            last_success=latest[name][1],
+            last_success=success[name],
             streak=streaks[name],
             due=due[name],
             due_done=due[name] is None or name in done or name not in unsure,
@@ -448,7 +474,9 @@ def _job_status(
         status.due_slot_key, status.due_at = due.key, due.at
     latest = status.last_run
     if latest is None:
-        status.state, status.reason = NEVER_RUN, "no run in the history" + _armed_note(job, now, tz)
+        from .armed import armed_note  # only for a job that never ran
+
+        status.state, status.reason = NEVER_RUN, "no run in the history" + armed_note(job, now, tz)
         return status
     if latest.outcome == Outcome.RUNNING:
         if _alive(latest, claim, job, now, heartbeat):
@@ -488,43 +516,6 @@ def _job_status(
         if task_status in ("FAILED", "gone"):  # enqueued once per slot: nothing retries it
             status.state = FAILING
     return status
-
-
-def _armed_note(job: Job | None, now: dt.datetime, tz: ZoneInfo) -> str:
-    """What healthchecks.io does about a job that never ran, when the job pings a check: an
-    alert is promised only for the check sync_healthchecks arms, the one with the job's slug."""
-    if job is None or not job.cron_expr or job.options.no_ping:
-        return ""
-    if not (job.options.ping or conf.ping_key()):
-        return ""  # no pings: healthchecks.io hears nothing of the job
-    if job.options.ping:
-        from . import hcarm  # only here: it brings the API client (requests)
-
-        why = hcarm.elsewhere(job, conf.ping_url(), conf.ping_key())
-        if why is not None:
-            # sync makes and arms no check for it, and the server never alerts on a check that
-            # was never pinged (`new`).
-            return (
-                f"; it {why}: sync_healthchecks arms only the check with the job's slug, and "
-                "healthchecks.io never alerts on a check before its first ping"
-            )
-        if hcarm.names_uuid(job.options.ping):
-            # Whether the UUID is the slug's own check only the API can tell (sync arms it
-            # then); job_status makes no request.
-            return (
-                "; it pings the check its --ping UUID names, which alerts on a slot that passes "
-                "without a run only once armed: sync_healthchecks arms it when it is the check "
-                "with the job's slug, and healthchecks.io never alerts on a check before its "
-                "first ping"
-            )
-    # The server's rule once a check is armed (ops/monitors/hcarm.py): the first fire time
-    # after its last ping, plus the grace, in UTC.
-    first = next_fire(job.cron_expr, now, tz).astimezone(dt.UTC)
-    alert = first + dt.timedelta(seconds=grace_seconds(job))
-    return (
-        "; once sync_healthchecks has armed its healthchecks.io check, a slot that passes "
-        f"without a run alerts one grace later (the next: {fmt_time(alert, tz)})"
-    )
 
 
 class UnknownJob(LookupError):

@@ -31,6 +31,10 @@ def _run_json(run: JobRun | None, tz: ZoneInfo) -> dict | None:
         "lag": run.lag,
         "host": run.host,
         "note": run.note,
+        # how it was started (ops/run/origin.py): null on runs recorded before it was kept
+        "trigger": run.trigger or None,
+        "started_by": run.started_by,
+        "started_how": run.started_how,
         **(_task_json(run) if run.task_result_id else {}),
     }
 

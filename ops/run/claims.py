@@ -118,8 +118,11 @@ def new_run(
     )
 
 
-def new_skip(runner, slot: Slot | None, note: str, exit_code: int, now: dt.datetime, **extra):
-    """The history row of a run that skips its slot (`runner`: the Runner that skips)."""
+def new_skip(
+    runner, slot: Slot | None, note: str, exit_code: int, now: dt.datetime, catch_up=False, **extra
+):
+    """The history row of a run that skips its slot (`runner`: the Runner that skips; how it
+    was started: ops/run/origin.py)."""
     return new_run(
         runner.plan.name,
         slot,
@@ -132,6 +135,7 @@ def new_skip(runner, slot: Slot | None, note: str, exit_code: int, now: dt.datet
         exit_code=exit_code,
         finished_at=now,
         duration=0.0,
+        **runner.origin.fields(catch_up=catch_up),
         **extra,
     )
 
@@ -287,6 +291,7 @@ def claim(
     identity: process.Identity | None = None,
     heartbeat: float | None = None,
     wait: Waiting | None = None,
+    run_fields: dict | None = None,
 ) -> ClaimResult:
     """Claim `slot` for `job` for the process `identity` (default: process `pid`), which
     heartbeats every `heartbeat` seconds (default: `stale_after` / STALE_HEARTBEATS, its own
@@ -315,6 +320,7 @@ def claim(
                 stale_after=stale_after,
                 force=force,
                 command=command,
+                run_fields=run_fields or {},
             )
         except _Yield as yielded:
             return yielded.result
@@ -335,7 +341,9 @@ def claim(
     return ClaimResult(status="done" if row.state == Outcome.SUCCEEDED else "busy", holder=row)
 
 
-def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> ClaimResult | None:
+def _claim_once(
+    job, slot, *, me, holder, now, stale_after, force, command, run_fields
+) -> ClaimResult | None:
     """One attempt; None when another run changed the claim between our read and our update."""
     with transaction.atomic():
         patience.in_transaction()  # under run_job: a lock wait ends and is tried again
@@ -384,7 +392,9 @@ def _claim_once(job, slot, *, me, holder, now, stale_after, force, command) -> C
         if other is not None:
             raise _Yield(other)  # rolls ours back: no row, no run, nothing to record
         version = 1 if created else row.version + 1
-        run = new_run(job, slot, host=holder["host"], pid=me.pid, now=now, command=command)
+        run = new_run(
+            job, slot, host=holder["host"], pid=me.pid, now=now, command=command, **run_fields
+        )
         run.claim_version = version
         run.claim_was = None if created else row.state  # a --force run's: succeeded
         SlotClaim.objects.filter(pk=row.pk, version=version).update(run=run)

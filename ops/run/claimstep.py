@@ -36,7 +36,7 @@ TAKEOVER_WAIT = 300.0
 def claim_slot(runner: "Runner", slot: Slot, catch_up: bool) -> claims.ClaimResult | int:
     """The slot's claim ("claimed"), or the exit code of a run that ends here (recorded)."""
     try:
-        result = claim(runner, slot)
+        result = claim(runner, slot, catch_up)
         if result.status == "busy" and runner.standby is not None and not result.fenced:
             stood = stand_by(runner, slot, result, catch_up)
             if isinstance(stood, int):
@@ -48,7 +48,7 @@ def claim_slot(runner: "Runner", slot: Slot, catch_up: bool) -> claims.ClaimResu
         note = f"{interrupted} while {runner.claim_wait or f'claiming {slot}'}"
         return runner.skip(slot, note, interrupted.exit_code, catch_up, ping=False)
     except patience.Locked as locked:
-        return cannot_claim(runner, slot, locked)
+        return cannot_claim(runner, slot, locked, catch_up)
     if result.status == "done":
         return runner.skip(slot, f"already done for {slot}", 0, catch_up)
     if result.status == "busy":
@@ -62,7 +62,7 @@ def claim_slot(runner: "Runner", slot: Slot, catch_up: bool) -> claims.ClaimResu
     return result
 
 
-def cannot_claim(runner: "Runner", slot: Slot, locked: patience.Locked) -> int:
+def cannot_claim(runner: "Runner", slot: Slot, locked: patience.Locked, catch_up: bool) -> int:
     """Another writer held the database for the whole bound: a failed attempt, recorded if the
     database takes one more write now, said on stderr and pinged /fail either way."""
     runner.stop = True
@@ -73,7 +73,7 @@ def cannot_claim(runner: "Runner", slot: Slot, locked: patience.Locked) -> int:
             lambda: claims.new_run(
                 runner.plan.name, slot, host=runner.host, pid=runner.pid, now=now,
                 command=runner.opts.command, outcome=Outcome.FAILED, note=note, exit_code=1,
-                finished_at=now, duration=0.0,
+                finished_at=now, duration=0.0, **runner.origin.fields(catch_up=catch_up),
             ),
             sleep=time.sleep,
             bound=0.0,  # one try
@@ -90,7 +90,7 @@ def takeover_bound(runner: "Runner") -> float:
     return runner.standby if runner.standby is not None else TAKEOVER_WAIT
 
 
-def claim(runner: "Runner", slot: Slot) -> claims.ClaimResult:
+def claim(runner: "Runner", slot: Slot, catch_up: bool = False) -> claims.ClaimResult:
     runner.claim_wait = ""
     if runner.standby is not None:
         deadline = runner.standby_deadline
@@ -130,6 +130,7 @@ def claim(runner: "Runner", slot: Slot) -> claims.ClaimResult:
             stale_after=claims.STALE_HEARTBEATS * runner.heartbeat,
             command=runner.opts.command,
             wait=fence,
+            run_fields=runner.origin.fields(catch_up=catch_up),
         ),
         sleep=runner.signals.sleep,
         waiting=locked,
@@ -199,7 +200,7 @@ def stand_by(runner: "Runner", slot: Slot, result: claims.ClaimResult, catch_up:
                 f"(stood by {standby.waited(total)}, the standby's bound)"
             )
             return runner.skip(slot, note, EXIT_SKIPPED, catch_up)
-        result = claim(runner, slot)  # TAKE: another standby may be quicker (busy again)
+        result = claim(runner, slot, catch_up)  # TAKE: another standby may be quicker (busy again)
         if result.status == "done":
             holder = result.found
             note = f"done on {holder.host} for {slot} (stood by {standby.waited(total)})"

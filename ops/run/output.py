@@ -20,6 +20,7 @@ import time
 from builtins import bytes as _bytes
 from pathlib import Path
 
+from .failure import LastLine
 from .outbox import OUTBOX
 
 CHUNK = 65536
@@ -188,6 +189,7 @@ class Tee:
     def __init__(self, tail: Tail, quiet: bool = False):
         self.tail = tail
         self.quiet = quiet
+        self.last_err = LastLine(tail.margin)  # why a failure failed (ops/run/failure.py)
         self._replayed = False  # the spool is the writer's now
         self._spool_lock = threading.Lock()
         self.spool_problem = ""
@@ -228,6 +230,8 @@ class Tee:
         try:
             while chunk := _read(source):
                 self.tail.write(chunk, target)
+                if target == 2:
+                    self.last_err.write(chunk)
                 if not self._spooled(chunk):
                     OUTBOX.put(target, chunk, job=True)
         finally:

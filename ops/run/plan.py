@@ -302,3 +302,17 @@ def outside_transactions() -> None:
                 "run_job cannot run inside transaction.atomic() (database "
                 f"{conn.alias!r}): the job runs in a child process with a connection of its own"
             )
+
+
+def could_not_start(plan: Plan | None, argv: list[str], message: str) -> None:
+    """Tell the monitors of a run that could not start, with the job's declared options."""
+    from ..monitors import monitors
+
+    if plan is not None:
+        opts = plan.options
+    else:
+        try:
+            opts = parse_run_args(argv)
+        except OptionsError:
+            return
+    monitors.could_not_start(opts, plan.job if plan is not None else None, message)

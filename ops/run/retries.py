@@ -145,6 +145,7 @@ def next_attempt(
             following = claims.new_run(
                 run.job, slot, host=runner.host, pid=runner.pid, now=now, command=run.command,
                 attempt=attempts.number + 1, rid=run.rid,
+                **runner.origin.fields(attempt=attempts.number + 1),
             )  # fmt: skip
             # The claim moves to the next attempt only while it is still ours.
             if run.slot and not claims.pass_on(run, following):

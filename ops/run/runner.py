@@ -26,17 +26,21 @@ from ..monitors import monitors
 from ..monitors.monitors import RunMonitors
 from ..monitors.redact import Redactor
 from ..schedule.durations import human_duration
-from ..schedule.options import DEFAULT_KILL_AFTER, OptionsError, parse_run_args
+from ..schedule.options import DEFAULT_KILL_AFTER
 from ..schedule.slots import Slot
 from . import after, claims, claimstep, descendants, patience, process, retries, standby
+from .failure import explain as explain_failure
 from .heartbeat import ClaimKeeper, taken_over_note
 from .lock import JobLock, LockError
+from .loghead import write as write_header
+from .origin import detect as detect_origin
 from .outbox import OUTBOX
 from .output import JobLog, Tail, Tee, log_option, settle, standard_streams
 from .plan import (
     Plan,
     UsageError,
     command_line,
+    could_not_start,
     env_file_usable,
     one_line,
     outside_transactions,
@@ -55,13 +59,16 @@ EXIT_TIMEOUT = 124
 EXIT_USAGE = 2
 TAIL_BYTES = 100_000  # hosted healthchecks keeps 100,000 bytes of a ping body
 HISTORY_TAIL_BYTES = 10_000
+# Outcomes that end with one line saying why on stderr.
+SAID = (Outcome.FAILED, Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.WAITING, Outcome.BLOCKED)
 OUTPUT_GRACE = 2.0  # seconds the output pipes may stay open after the job's end
 
 
 class Runner:
-    def __init__(self, plan: Plan, *, stdout=None, stderr=None, log_problem: str = ""):
+    def __init__(self, plan: Plan, *, stdout=None, stderr=None, log_problem="", logged=False):
         self.plan = plan
         self.log_problem = log_problem  # why --log could not be opened, or ""
+        self.logged = logged  # fds 1 and 2 are the --log file: each run gets a header line there
         self.opts = plan.options
         self.host = conf.host()
         # Read (and so validated) before anything is claimed: a bad value is exit 2, no trace.
@@ -86,6 +93,7 @@ class Runner:
         self.standby_deadline = time.monotonic() + (self.standby or 0)
         self.claim_wait = ""  # what the claim step waits for, once it waits (claimstep.py)
         self.action = actions.from_environment()  # started from the jobs page (who, and why)
+        self.origin = detect_origin(self.action)  # cron, by hand, the jobs page (origin.py)
         self.attempts: retries.Attempts | None = None  # the current slot's (--retries)
         self.pending_enqueue: Pending | None = None  # written with the record (enqueue.py)
 
@@ -118,11 +126,13 @@ class Runner:
     ) -> int:
         now = timezone.now()
         try:
-            run = self.write(lambda: claims.new_skip(self, slot, note, exit_code, now))
+            run = self.write(lambda: claims.new_skip(self, slot, note, exit_code, now, catch_up))
             self.write(lambda: actions.attach(self.action, run))
         except patience.Locked as locked:
+            run = None
             say(f"error: job {self.plan.name}: {locked}: this skip is not recorded", self.stderr)
         if exit_code or not self.opts.quiet:
+            write_header(self, run, printed=True)
             say(f"job {self.plan.name}: {note}", self.stdout)
         if catch_up:
             self.caught_up.append(f"{slot}: {note}")
@@ -255,6 +265,7 @@ class Runner:
                     pid=self.pid,
                     now=now,
                     command=self.opts.command,
+                    **self.origin.fields(),
                 )
             )
         # The claim is kept alive from here until its outcome is written (conclude), whatever
@@ -268,6 +279,7 @@ class Runner:
             self.write(lambda: actions.attach(self.action, run))
         except patience.Locked as locked:  # who started it goes unsaid; the run goes on
             say(f"job {self.plan.name}: {locked}: the run's starter is not recorded", self.stderr)
+        write_header(self, run)  # --quiet: before what a failure prints (conclude)
         watch = self.monitors(enabled=not catch_up)  # one rid, one start for all attempts
         self.attempts = attempts = retries.Attempts.of(self)
         run.rid = watch.rid
@@ -306,6 +318,7 @@ class Runner:
                 ended, duration = waited, 0.0
                 break
             run.started_at, ended = timezone.now(), None
+            write_header(self, run)
         else:  # the slot never ran: waiting for (or blocked by) an upstream, or a signal
             tee, duration = Tee(Tail(TAIL_BYTES, redactor=self.redactor)), 0.0
         assert ended is not None
@@ -376,15 +389,16 @@ class Runner:
         """Record the outcome, then the final ping (or, in catch-up, its line of the summary)."""
         outcome, exit_code, note, tail = ended.outcome, ended.exit_code, ended.note, tee.tail
         if exit_code and self.opts.quiet:
+            write_header(self, run, printed=True)
             tee.replay()
         tee.settle()  # bounded: a reader that stopped reading costs output, not the record
         tee.close()
         lost_output = tee.loss_note()
         told = self.signals.received is not None and outcome == Outcome.SUCCEEDED  # then done
-        if outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED, Outcome.WAITING, Outcome.BLOCKED) or (
-            told and note
-        ):
-            say(f"job {self.plan.name}: {note}", self.stderr)
+        # A failure says why: the last line the job wrote to stderr (ops/run/failure.py).
+        line, note = explain_failure(ended, tee.last_err.text(self.redactor))
+        if outcome in SAID or (told and note):
+            say(f"job {self.plan.name}: {line}", self.stderr)
             self.stop = self.stop or told or outcome in (Outcome.TIMED_OUT, Outcome.TERMINATED)
         if outcome == Outcome.TAKEN_OVER:  # the heartbeat thread said so already
             note += "; the job was stopped"
@@ -530,7 +544,8 @@ def run(argv: list[str], *, stdout=None, stderr=None) -> int:
     if log.problem:
         say(f"error: {log.problem}", stderr or sys.stderr)
     try:
-        return _run(argv, stdout=stdout, stderr=stderr, log_problem=log.problem)
+        logged = log.path is not None and not log.problem
+        return _run(argv, stdout=stdout, stderr=stderr, log_problem=log.problem, logged=logged)
     finally:
         # The record and the final ping are done, the lock released: what is still queued for
         # a slow reader is written now, before the log's descriptors are put back (Ctrl-C
@@ -550,14 +565,14 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") -> int:
+def _run(argv: list[str], *, stdout=None, stderr=None, log_problem="", logged=False) -> int:
     stderr = stderr or sys.stderr
     plan = None
     try:
         env_file_usable()
         outside_transactions()
         plan = resolve(argv, stderr, now=timezone.now())
-        runner = Runner(plan, stdout=stdout, stderr=stderr, log_problem=log_problem)
+        runner = Runner(plan, stdout=stdout, stderr=stderr, log_problem=log_problem, logged=logged)
         return runner.run()
     except UsageError as exc:
         say(f"error: {exc}", stderr)
@@ -569,28 +584,16 @@ def _run(argv: list[str], *, stdout=None, stderr=None, log_problem: str = "") ->
         # The lock directory cannot be used (read-only or full file system, permissions):
         # nothing can run on this host until it is fixed, so monitoring hears about it.
         say(f"error: {exc}", stderr)
-        _could_not_start(plan, argv, str(exc))
+        could_not_start(plan, argv, str(exc))
         return 1
     except patience.Locked as exc:  # another writer held the database for the whole bound
         say(f"error: {exc}", stderr)
-        _could_not_start(plan, argv, str(exc))
+        could_not_start(plan, argv, str(exc))
         return 1
     except DatabaseError as exc:
         # The tables missing (migrate forgotten) or the database unreachable: told apart from
         # the error alone, on this path only (ops/schema.py).
         message = schema.explained(exc) or f"database unavailable: {one_line(exc)}"
         say(f"error: {message}", stderr)
-        _could_not_start(plan, argv, message)
+        could_not_start(plan, argv, message)
         return 1
-
-
-def _could_not_start(plan: Plan | None, argv: list[str], message: str) -> None:
-    """Tell the monitors of a run that could not start, with the job's declared options."""
-    if plan is not None:
-        opts = plan.options
-    else:
-        try:
-            opts = parse_run_args(argv)
-        except OptionsError:
-            return
-    monitors.could_not_start(opts, plan.job if plan is not None else None, message)

@@ -36,9 +36,10 @@ class Command(BaseCommand):
         # "2026-10-25 02:30+02:00", is 22 characters), never less than before.
         job_width = max([16, *(len(run.job) for run in rows)])
         slot_width = max([16, *(len(run.slot) for run in rows)])
+        how_width = max([10, *(len(run.started_how) for run in rows)])  # started by
         self.stdout.write(
             f"{'started':<19}  {'job':<{job_width}} {'slot':<{slot_width}} {'outcome':<10} "
-            f"{'exit':>4} {'secs':>6}  note"
+            f"{'exit':>4} {'secs':>6}  {'started by':<{how_width}}  note"
         )
         for run in rows:
             started = timezone.localtime(run.started_at).strftime("%Y-%m-%d %H:%M:%S")
@@ -51,6 +52,7 @@ class Command(BaseCommand):
             secs = "" if run.duration is None else f"{run.duration:.2f}"
             self.stdout.write(
                 f"{started:<19}  {run.job:<{job_width}} {run.slot:<{slot_width}} "
-                f"{run.outcome:<10} {exit_code!s:>4} {secs:>6}  {note}".rstrip()
+                f"{run.outcome:<10} {exit_code!s:>4} {secs:>6}  {run.started_how:<{how_width}}  "
+                f"{note}".rstrip()
             )
         self.stdout.write(f"{len(rows)} runs shown")

@@ -1,0 +1,90 @@
+"""How a run was started: by cron, by hand (who, at a terminal or not), from the Jobs page, as
+a retry or as a catch-up slot (JobRun.trigger and started_by; JobRun.started_how says it in a
+few words).
+
+run_job finds out once, at its start, from what the kernel says about it (no query, no change
+to the installed crontab lines, a few small reads of /proc):
+
+- the Jobs page (Run now, Run again) starts run_job with OPS_ACTION_ID (ops/control/actions.py):
+  the action's user started it;
+- else, a cron daemon among its ancestors (a process named `cron` or `crond`, Debian's and
+  cronie's daemons and the children they fork for each job, which run `/bin/sh -c <line>`): cron
+  started it, through an installed line or a script that line runs;
+- else it was run by hand, by the OS user (`alice as app` under `sudo -u app`, from
+  SUDO_USER), at a terminal when its session has a controlling terminal (a shell, an `ssh -t`;
+  not `ssh host 'cmd'`, not systemd, not a Kubernetes CronJob's pod).
+
+Each row of the history gets the run_job's trigger, except an attempt after the first
+(`retry`) and a slot before the current one run by --catch-up (`catch_up`); all keep who.
+"""
+
+import os
+import pwd
+from dataclasses import dataclass
+
+from ..models import JobAction, Trigger
+
+CRON_DAEMONS = ("cron", "crond")  # /proc/<pid>/comm of Debian's cron (and cronie's, busybox's)
+MAX_ANCESTORS = 64
+
+
+@dataclass
+class Origin:
+    trigger: str  # Trigger.CRON, HAND, TERMINAL or PAGE: how this run_job was started
+    user: str = ""  # who: the OS user by hand; the Jobs page's user (from its action)
+    action: int | None = None  # the Jobs page's action (its user is read once, when needed)
+
+    def fields(self, *, catch_up: bool = False, attempt: int = 1) -> dict:
+        """A new history row's `trigger` and `started_by`."""
+        if self.action is not None and not self.user:
+            found = JobAction.objects.filter(pk=self.action).values_list("username", flat=True)
+            self.user = found.first() or "?"
+        trigger = Trigger.RETRY if attempt > 1 else Trigger.CATCH_UP if catch_up else self.trigger
+        return {"trigger": trigger, "started_by": self.user[:150]}
+
+
+def detect(action: int | None) -> Origin:
+    """This run_job's origin; `action`: the Jobs page's action that started it, if one did."""
+    if action is not None:
+        return Origin(Trigger.PAGE, action=action)
+    _, ppid, tty = _stat(os.getpid()) or ("", 0, 0)
+    if under_cron(ppid):
+        return Origin(Trigger.CRON)
+    return Origin(Trigger.TERMINAL if tty else Trigger.HAND, os_user())
+
+
+def under_cron(pid: int) -> bool:
+    """Whether `pid` or one of its ancestors is a cron daemon (or a child it forked)."""
+    for _ in range(MAX_ANCESTORS):
+        found = _stat(pid) if pid > 0 else None
+        if found is None:
+            return False
+        comm, pid, _ = found
+        if comm in CRON_DAEMONS:
+            return True
+    return False
+
+
+def os_user() -> str:
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = f"uid {uid}"
+    sudo = os.environ.get("SUDO_USER", "")
+    return f"{sudo} as {name}" if sudo and sudo != name else name
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(comm, parent pid, controlling terminal's device number or 0) of `pid`, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    comm = text[text.find("(") + 1 : text.rfind(")")]
+    fields = text[text.rfind(")") + 2 :].split()  # state, ppid, pgrp, session, tty_nr, ...
+    try:
+        return comm, int(fields[1]), int(fields[4])
+    except (IndexError, ValueError):
+        return None
