@@ -437,8 +437,7 @@ def check_migrations(app_configs=None, databases=None, **kwargs):
         if pending:
             messages.append(
                 Error(
-                    f"{len(pending)} of cronops' migrations are not applied to database "
-                    f"{alias!r} ({schema.spelled(pending)})",
+                    f"{schema.not_applied(pending, alias)} ({schema.spelled(pending)})",
                     hint=hint,
                     id="ops.E012",
                 )

@@ -51,6 +51,11 @@ def problem(error: BaseException) -> str | None:
     return None
 
 
+def not_applied(pending: list[str], alias: str) -> str:
+    verb = "is" if len(pending) == 1 else "are"
+    return f"{len(pending)} of cronops' migrations {verb} not applied to database {alias!r}"
+
+
 def first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 

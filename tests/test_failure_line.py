@@ -127,3 +127,16 @@ def test_quiet_prints_the_failure_line_after_the_output_and_nothing_on_success(s
     assert cronops_lines(bad.stderr) == [
         "cronops: job t_maybe: failed (exit 4): CommandError: it failed"
     ]
+
+
+def test_a_coloured_error_line_reads_without_its_escape_codes(sqlite_project):
+    project = sqlite_project
+    project.add_command(
+        "t_colour",
+        "sys.stderr.write('\\x1b[31mERROR\\x1b[0m: \\x1b[1mdisk full\\x1b[0m\\n\\x1b[0m\\n')\n"
+        "sys.exit(3)\n",
+    )
+    result = project.run_job("--no-ping", "t_colour")
+    assert result.returncode == 3
+    said = "cronops: job t_colour: failed (exit 3): ERROR: disk full"
+    assert cronops_lines(result.stderr) == [said]

@@ -170,7 +170,9 @@ def per_job_windows(
     q = connection.ops.quote_name
     table, job = q(JobRun._meta.db_table), q("job")
     # Quoted names and the callers' constant conditions only; every value is a parameter.
-    rows = f"{', '.join(q(c) for c in columns)} FROM {table} WHERE {job} ="
+    # Qualified: SQLite would read an unqualified "trigger" that is no column (a database not
+    # migrated) as a string; qualified, both databases name the missing ops_ column.
+    rows = f"{', '.join(f'{table}.{q(c)}' for c in columns)} FROM {table} WHERE {job} ="
     if connection.vendor == "postgresql":
         lateral = (
             "SELECT '{kind}' AS kind, t.* FROM unnest(%s::text[]) AS j(name) "  # noqa: S608
@@ -213,7 +215,8 @@ def _latest_runs(names: list[str]) -> dict[str, Latest]:
             ("s", f"{outcome} = %s ORDER BY {started} DESC LIMIT 1", [Outcome.SUCCEEDED]),
             (
                 "t",
-                f"{outcome} = %s AND {slot_at} IS NOT NULL ORDER BY {slot_at} DESC LIMIT 1",
+                f"{outcome} = %s AND {slot_at} IS NOT NULL "
+                f"ORDER BY {slot_at} DESC, {started} DESC LIMIT 1",  # the slot's latest success
                 [Outcome.SUCCEEDED],
             ),
         ],

@@ -9,6 +9,7 @@ knows redacted (ops/monitors/redact.py) and cut to LINE_CHARS. A job that wrote 
 is said to have, briefly: `failed (exit 3); nothing on stderr`.
 """
 
+import re
 import threading
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
 LINE_CHARS = 200  # what is shown of the line (after redaction)
 KEEP_BYTES = 4096  # what is kept of the line being written: its start, the informative part
 NOTHING = "nothing on stderr"
+
+
+# A terminal's escape sequences (colours, cursor moves; OSC titles), which a log line or a
+# ping would show as `[31m`.
+_ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
 
 
 class LastLine:
@@ -38,7 +44,7 @@ class LastLine:
             *finished, rest = chunk.split(b"\n")
             for part in finished:
                 self._add(part)
-                if self._line.strip():
+                if _ANSI.sub(b"", self._line).strip():  # a colour reset alone is no line
                     self._last = bytes(self._line)
                 self._line.clear()
             self._add(rest)
@@ -51,7 +57,8 @@ class LastLine:
     def text(self, redactor=None) -> str:
         """The line (an unfinished last line counts), redacted, one line, at most LINE_CHARS."""
         with self._lock:
-            data = bytes(self._line) if self._line.strip() else self._last
+            data = bytes(self._line) if _ANSI.sub(b"", self._line).strip() else self._last
+        data = _ANSI.sub(b"", data)  # `\x1b[31mERROR\x1b[0m` reads ERROR
         # A progress bar rewrites its line with \r: what a terminal would show is the last part.
         parts = [p for p in data.decode("utf-8", "replace").split("\r") if p.strip()]
         text = parts[-1].strip() if parts else ""

@@ -71,7 +71,8 @@ def os_user() -> str:
         name = pwd.getpwuid(uid).pw_name
     except KeyError:
         name = f"uid {uid}"
-    sudo = os.environ.get("SUDO_USER", "")
+    # sudo's own variable, but the environment's: no newline or escape into a --log header
+    sudo = "".join(c for c in os.environ.get("SUDO_USER", "") if c.isprintable())[:64]
     return f"{sudo} as {name}" if sudo and sudo != name else name
 
 

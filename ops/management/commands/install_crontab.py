@@ -78,7 +78,7 @@ class Command(BaseCommand):
             return ""
         if not pending:
             return ""
-        return f"{len(pending)} of cronops' migrations are not applied to database {alias!r}"
+        return schema.not_applied(pending, alias)
 
     def refuse_unmigrated(self) -> None:
         """Every line installed before `migrate` would fail: refuse, changing nothing."""
