@@ -378,8 +378,10 @@ def install_crontab(
     allow_tz_mismatch: bool = False,
     settings=None,
     schedule: Schedule | None = None,
+    dispatcher: bool = False,
 ) -> Result:
-    """Install (or with `remove`, take out) this project's block. InstallError when refusing."""
+    """Install (or with `remove`, take out) this project's block. InstallError when refusing.
+    With `dispatcher`, the block is one `run_due_jobs` line a minute (and the @reboot jobs)."""
     if settings is None:
         from django.conf import settings
     if user is not None and tabfile is not None:
@@ -405,7 +407,7 @@ def install_crontab(
                     f"{problem}: {tz_hint(settings.TIME_ZONE)}; or pass --allow-tz-mismatch",
                     EXIT_TZ,
                 )
-        lines = block_lines(schedule, crontab_id, paths)
+        lines = block_lines(schedule, crontab_id, paths, dispatcher)
         block = "".join(line + "\n" for line, _ in lines)
         origins = [where for _, where in lines]
         check_no_secrets(block, known_secrets(settings))
