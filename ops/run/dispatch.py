@@ -29,7 +29,13 @@ from django.utils import timezone
 
 from .. import conf
 from ..schedule.crontab_text import run_job_argv
-from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
+from ..schedule.crontabd import (
+    CrontabError,
+    Job,
+    keep_for_children,
+    load_jobs_leniently,
+    load_schedule,
+)
 from ..schedule.firing import Expr, due_at
 from .output import open_append
 from .plan import say
@@ -46,7 +52,9 @@ def scheduled_jobs(stderr=None) -> list[Job]:
     """crontab.d's jobs with a schedule (not @reboot). One bad line stops only its own job, as
     with per-job lines: the valid ones are still started (each run_job says the error too)."""
     try:
-        jobs = load_schedule().jobs
+        schedule = load_schedule()
+        keep_for_children(schedule, conf.crontab_dir())  # run_job's resolve reads it again
+        jobs = schedule.jobs
     except CrontabError as exc:
         jobs = list(load_jobs_leniently().values())
         say(f"warning: {exc} (the jobs declared validly are started)", stderr or sys.stderr)
@@ -98,6 +106,9 @@ def dispatch(
 def warm_up() -> None:
     """What every run_job would otherwise import (or build) for itself, done once before the
     forks, so that the children share it; then nothing a child must not inherit."""
+    import ctypes  # noqa: F401  (run_job's subreaper: ops/run/descendants.py)
+
+    import django.db.models.sql.compiler  # noqa: F401  (its first query)
     from django.core.management import get_commands
 
     from ..management.commands import run_job  # noqa: F401  (and ops.run.runner with it)
