@@ -274,3 +274,23 @@ def children_of(pid: int) -> list[int]:
         if entry.isdigit() and parent_of(int(entry)) == pid:
             found.append(int(entry))
     return found
+
+
+def test_a_run_job_forked_by_the_dispatcher_reuses_its_schedule_only_while_the_files_are_unchanged(
+    settings, tmp_path
+):
+    from ops.schedule import before_fork, crontabd
+
+    settings.OPS_CRONTAB_DIR = tmp_path
+    cron = tmp_path / "10-jobs.cron"
+    cron.write_text("0 3 * * * --no-ping check\n")
+    saved = before_fork._kept
+    try:
+        kept = crontabd.load_schedule()
+        before_fork.keep_for_children(kept, tmp_path)
+        assert crontabd.load_schedule() is kept
+        assert crontabd.load_schedule(check_args=True) is not kept  # the installer's read
+        cron.write_text("0 4 * * * --no-ping check\n")  # a deploy in between
+        assert crontabd.load_schedule().jobs[0].schedule == "0 4 * * *"
+    finally:
+        before_fork._kept = saved

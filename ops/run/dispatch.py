@@ -28,17 +28,21 @@ from django.db import connections
 from django.utils import timezone
 
 from .. import conf
+from ..schedule.before_fork import keep_for_children
 from ..schedule.crontab_text import run_job_argv
-from ..schedule.crontabd import (
-    CrontabError,
-    Job,
-    keep_for_children,
-    load_jobs_leniently,
-    load_schedule,
-)
+from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
 from ..schedule.firing import Expr, due_at
 from .output import open_append
-from .plan import say
+
+
+def say(message: str, stream) -> None:
+    """One `cronops:` line, written here and now: not through run_job's writer threads
+    (ops/run/outbox.py), since this process forks after it."""
+    try:
+        stream.write(f"cronops: {message}\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass  # cron's mail or the log is gone: the runs go on
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..monitors.redact import redacted
 from ..run.commandargs import ArgsChecker
-from . import dependencies
+from . import before_fork, dependencies
 from .options import (
     JOB_NAME,
     JOB_NAME_RULE,
@@ -486,32 +486,6 @@ def _parse_job_line(line, raw, path, lineno, known, check_args, second_opinion=F
     )
 
 
-# A schedule the warm dispatcher read (ops/run/dispatch.py) before forking its run_jobs:
-# (the files' identities, the schedule). A run_job's plain read of the same, unchanged files
-# takes it instead of parsing them again.
-_read_before_fork: tuple[tuple, Schedule] | None = None
-
-
-def _identity(directory: Path) -> tuple:
-    """What tells that crontab.d's files are the ones read: each file's name, inode, size and
-    modification time."""
-    found = []
-    for path in sorted(directory.glob("*.cron")):
-        try:
-            st = path.stat()
-        except OSError:
-            return ()
-        found.append((path.name, st.st_ino, st.st_size, st.st_mtime_ns))
-    return (str(directory), tuple(found))
-
-
-def keep_for_children(schedule: Schedule, directory: Path) -> None:
-    """The warm dispatcher, before it forks: its children's run_job may reuse `schedule`
-    (read from `directory` with load_schedule's defaults) while the files are unchanged."""
-    global _read_before_fork
-    _read_before_fork = (_identity(directory), schedule)
-
-
 def load_schedule(
     directory: Path | str | None = None,
     known_commands=None,
@@ -528,10 +502,9 @@ def load_schedule(
         from .. import conf
 
         directory = conf.crontab_dir()
-        kept = _read_before_fork
+        kept = before_fork.kept(Path(directory))  # the dispatcher's read, in its run_jobs
         if kept is not None and known_commands is None and not (check_args or second_opinion):
-            if kept[0] == _identity(Path(directory)) and kept[0]:
-                return kept[1]
+            return kept
     if known_commands is None:
         from django.core.management import get_commands
 
