@@ -10,7 +10,8 @@ Two ways of firing the jobs:
   (`x20` by default: a cron minute in 3 s). The crontab carries LD_PRELOAD, FAKETIME,
   FAKETIME_DONT_RESET, FAKETIME_SHARED and TZ as variable lines, so each job run shares the
   daemon's fake clock. Each cron line logs its fire time, then runs `manage.py run_job`.
-- **A model of the daemon** (cron.c, 3.0pl1), driving the runner in this process under
+- **A model of the daemon** (cron.c, 3.0pl1: ops/schedule/firing.py, which the dispatcher
+  `run_due_jobs` uses), driving the runner in this process under
   time-machine: each minute it compares the wall clock with its "virtual" minute; +1: run every
   job due; +2..+5: every job for each missed minute; +6 min..+3 h (DST spring, a clock set
   forward): fixed-time jobs for each skipped minute, wildcard jobs (minute or hour field starting
@@ -56,54 +57,17 @@ for line in CRON.splitlines():
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
-def matches(expr: str, wall: dt.datetime) -> bool:
-    minute, hour = expr.split()[:2]
-
-    def ok(field, value):
-        if field == "*":
-            return True
-        if field.startswith("*/"):
-            return value % int(field[2:]) == 0
-        return value == int(field)
-
-    return ok(minute, wall.minute) and ok(hour, wall.hour)
-
-
-def wildcard(expr: str) -> bool:
-    minute, hour = expr.split()[:2]
-    return minute.startswith("*") or hour.startswith("*")
-
-
 def cron_fires(clock: list[dt.datetime]) -> list[tuple[dt.datetime, str]]:
-    """(instant the modelled daemon starts the job, job) for per-minute clock readings."""
+    """(instant the modelled daemon starts the job, job) for per-minute clock readings: the
+    model of ops/schedule/firing.py, which the dispatcher (run_due_jobs) uses too."""
+    from ops.schedule.firing import Daemon, Expr
+
+    daemon = Daemon({job: Expr(expr) for job, expr in JOBS.items()})
     fires = []
-    wall = [c.astimezone(TZ).replace(tzinfo=None) for c in clock]
-    virtual = wall[0] - dt.timedelta(minutes=1)
-    for now, here in zip(clock, wall, strict=True):
-        diff = round((here - virtual).total_seconds() / 60)
-        due = []
-        if diff == 1:
-            due = [(j, here) for j, e in JOBS.items() if matches(e, here)]
-            virtual = here
-        elif 1 < diff <= 5:
-            for k in range(1, diff + 1):
-                m = virtual + dt.timedelta(minutes=k)
-                due += [(j, m) for j, e in JOBS.items() if matches(e, m)]
-            virtual = here
-        elif 5 < diff <= 180:
-            for k in range(1, diff + 1):
-                m = virtual + dt.timedelta(minutes=k)
-                due += [(j, m) for j, e in JOBS.items() if not wildcard(e) and matches(e, m)]
-            due += [(j, here) for j, e in JOBS.items() if wildcard(e) and matches(e, here)]
-            virtual = here
-        elif -180 <= diff <= 0:
-            due = [(j, here) for j, e in JOBS.items() if wildcard(e) and matches(e, here)]
-        else:
-            due = [(j, here) for j, e in JOBS.items() if matches(e, here)]
-            virtual = here
+    for now in clock:
         # One start per job per wake-up (several missed minutes of one job start together
         # and the later ones meet the lock; running them in a row here is no weaker).
-        for job in dict.fromkeys(job for job, _ in due):
+        for job in daemon.wake(now.astimezone(TZ)):
             fires.append((now + dt.timedelta(seconds=2), job))
     return fires
 

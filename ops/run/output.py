@@ -359,7 +359,7 @@ class JobLog:
 
     def _open(self, path: Path) -> None:
         try:
-            fd = _open_append(path)
+            fd = open_append(path)
         except OSError as exc:
             reasons: dict[int | None, str | None] = {
                 errno.ELOOP: "it is a symbolic link",
@@ -389,7 +389,7 @@ class JobLog:
         self._saved = {}
 
 
-def _open_append(path: Path) -> int:
+def open_append(path: Path) -> int:
     missing = []
     directory = path.parent
     while not directory.is_dir() and directory != directory.parent:

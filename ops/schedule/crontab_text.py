@@ -80,34 +80,63 @@ class Paths:
     log_dir: Path
 
 
-def render_line(job: Job, paths: Paths) -> str:
+def run_job_argv(job: Job, log_dir: Path) -> list[str]:
+    """`run_job`'s arguments on the job's installed line (the dispatcher gives it the same)."""
     # run_job opens its log itself (--log, first so that even a usage error lands there): a
     # shell `>> log` fails before run_job starts when OPS_LOG_DIR is gone, and then nothing
     # is recorded, pinged or written anywhere.
-    log = f"--log={paths.log_dir / (job.name + '.log')}"
-    words = [paths.python, str(paths.manage_py), "run_job", log, *rendered_argv(job)]
+    return [f"--log={log_dir / (job.name + '.log')}", *rendered_argv(job)]
+
+
+def _command(paths: Paths, words: list[str], where: str) -> str:
     command = f"cd {cron_quote(str(paths.project_dir))} && " + " ".join(
-        cron_quote(w) for w in words
+        cron_quote(w) for w in [paths.python, str(paths.manage_py), *words]
     )
     if len(command.encode()) > MAX_COMMAND:
         raise InstallError(
-            f"{job.path}:{job.lineno}: the rendered command is {len(command.encode())} bytes; "
+            f"{where}: the rendered command is {len(command.encode())} bytes; "
             f"Debian's cron refuses commands over {MAX_COMMAND} (shorten its arguments or the "
             "project path)",
             EXIT_CRONTABD,
         )
-    return f"{job.schedule} {command}"
+    return command
 
 
-def block_lines(schedule: Schedule, crontab_id: str, paths: Paths) -> list[tuple[str, str]]:
+def render_line(job: Job, paths: Paths) -> str:
+    words = ["run_job", *run_job_argv(job, paths.log_dir)]
+    return f"{job.schedule} {_command(paths, words, f'{job.path}:{job.lineno}')}"
+
+
+DISPATCHER = "run_due_jobs"  # the dispatcher's command, and its name in the block
+
+
+def dispatcher_line(paths: Paths) -> str:
+    """The one line a minute of `install_crontab --dispatcher` (ops/run/dispatch.py)."""
+    log = f"--log={paths.log_dir / (DISPATCHER + '.log')}"
+    return f"* * * * * {_command(paths, [DISPATCHER, log], 'the dispatcher line')}"
+
+
+def block_lines(
+    schedule: Schedule, crontab_id: str, paths: Paths, dispatcher: bool = False
+) -> list[tuple[str, str]]:
     """The managed block's lines (without their newline), each with the crontab.d `file:line`
-    it comes from ("" for the markers): a line `crontab -n` refuses is reported there."""
+    it comes from ("" for the markers): a line `crontab -n` refuses is reported there.
+
+    With `dispatcher`, one `* * * * *` line runs `run_due_jobs`, which starts the jobs due
+    each minute; only `@reboot` jobs keep lines of their own (cron alone knows a boot)."""
     lines = [(BEGIN + crontab_id + BANNER, "")]
     if schedule.mailto is not None:
         # Debian's cron reads a bare `MAILTO=` as a job line ("bad minute"); `MAILTO=""` is
         # its documented "no mail".
         lines.append(("MAILTO=" + (schedule.mailto or '""'), schedule.mailto_at))
+    if dispatcher:
+        timed = [job.name for job in schedule.jobs if job.cron_expr is not None]
+        what = f"starts the jobs of crontab.d due each minute ({len(timed)}: {', '.join(timed)})"
+        lines.append((f"# job {DISPATCHER}: the dispatcher: {what}"[:300], ""))
+        lines.append((dispatcher_line(paths), ""))
     for job in schedule.jobs:
+        if dispatcher and job.cron_expr is not None:
+            continue
         where = f"{job.path}:{job.lineno}"
         description = " ".join(job.description.split())
         lines.append((f"# job {job.name}" + (f": {description}" if description else ""), where))
@@ -116,9 +145,12 @@ def block_lines(schedule: Schedule, crontab_id: str, paths: Paths) -> list[tuple
     return lines
 
 
-def render_block(schedule: Schedule, crontab_id: str, paths: Paths) -> str:
+def render_block(
+    schedule: Schedule, crontab_id: str, paths: Paths, dispatcher: bool = False
+) -> str:
     """The managed block, markers included, every line ending in a newline."""
-    return "".join(line + "\n" for line, _ in block_lines(schedule, crontab_id, paths))
+    lines = block_lines(schedule, crontab_id, paths, dispatcher)
+    return "".join(line + "\n" for line, _ in lines)
 
 
 def redact(text: str, secrets: dict[str, str]) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..monitors.redact import redacted
 from ..run.commandargs import ArgsChecker
-from . import dependencies
+from . import before_fork, dependencies
 from .options import (
     JOB_NAME,
     JOB_NAME_RULE,
@@ -497,12 +497,14 @@ def load_schedule(
 
     `check_args=True` also runs each job's arguments through its command's parser (the
     installer and the system checks do; a run does not pay for it). `second_opinion=True` also
-    has python-crontab read each schedule (the installer and the exporter do).
-    """
+    has python-crontab read each schedule (the installer and the exporter do)."""
     if directory is None:
         from .. import conf
 
         directory = conf.crontab_dir()
+        kept = before_fork.kept(Path(directory))  # the dispatcher's read, in its run_jobs
+        if kept is not None and known_commands is None and not (check_args or second_opinion):
+            return kept
     if known_commands is None:
         from django.core.management import get_commands
 

@@ -379,10 +379,12 @@ def install_crontab(
     settings=None,
     schedule: Schedule | None = None,
     before_writing: Callable[[], None] | None = None,
+    dispatcher: bool = False,
 ) -> Result:
     """Install (or with `remove`, take out) this project's block. InstallError when refusing.
     `before_writing` is called once crontab.d and the time zone passed, before an install that
-    writes (not for --dry-run, --check or --remove); it refuses by raising InstallError."""
+    writes (not for --dry-run, --check or --remove); it refuses by raising InstallError. With
+    `dispatcher`, the block is one `run_due_jobs` line a minute (and the @reboot jobs)."""
     if settings is None:
         from django.conf import settings
     if user is not None and tabfile is not None:
@@ -408,7 +410,7 @@ def install_crontab(
                     f"{problem}: {tz_hint(settings.TIME_ZONE)}; or pass --allow-tz-mismatch",
                     EXIT_TZ,
                 )
-        lines = block_lines(schedule, crontab_id, paths)
+        lines = block_lines(schedule, crontab_id, paths, dispatcher)
         block = "".join(line + "\n" for line, _ in lines)
         origins = [where for _, where in lines]
         check_no_secrets(block, known_secrets(settings))

@@ -24,6 +24,12 @@ class Command(BaseCommand):
         parser.add_argument("--user", metavar="NAME", help="install for this user (needs root)")
         parser.add_argument("--tabfile", metavar="PATH", help="work on a file, not a crontab")
         parser.add_argument(
+            "--dispatcher",
+            action="store_true",
+            help="one line a minute (run_due_jobs) starts the due jobs, instead of a line per "
+            "job; install without it to switch back",
+        )
+        parser.add_argument(
             "--allow-tz-mismatch",
             action="store_true",
             help="install although the system time zone differs from TIME_ZONE",
@@ -40,6 +46,7 @@ class Command(BaseCommand):
                 remove=options["remove"],
                 allow_tz_mismatch=options["allow_tz_mismatch"],
                 before_writing=self.refuse_unmigrated,
+                dispatcher=options["dispatcher"],
             )
         except InstallError as exc:
             raise CommandError(str(exc), returncode=exc.returncode) from None

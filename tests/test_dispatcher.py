@@ -1,0 +1,296 @@
+"""The warm dispatcher (issue 33): `manage.py run_due_jobs`, one cron line a minute, starts the
+crontab.d jobs Debian's cron would start in that minute, each as run_job (forked from the warm
+process, so every guarantee of run_job holds), and never waits for them.
+
+The firing rules are ops/schedule/firing.py, the model bench/faults/f7_clock.py checks against
+the real daemon under libfaketime; here they are also held against cronsim's fire instants
+(the slot maths), minute by minute over both Europe/Berlin DST nights of 2027.
+"""
+
+import datetime as dt
+import os
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from cronsim import CronSim
+
+from ops.schedule.crontabd import parse_text
+from ops.schedule.firing import Daemon, Expr, minutes
+
+from .conftest import wait_until
+
+UTC = dt.UTC
+BERLIN = ZoneInfo("Europe/Berlin")
+# Fixed-time and wildcard jobs around the two hours that change (02:00-03:00 local).
+NIGHT_JOBS = """\
+* * * * *      --no-ping --name=minutely stamp
+*/15 * * * *   --no-ping --name=quarter stamp
+0 * * * *      --no-ping --name=hourly stamp
+30 2 * * *     --no-ping --name=at0230 stamp
+0 2 * * *      --no-ping --name=at0200 stamp
+59 1 * * *     --no-ping --name=at0159 stamp
+0 3 * * *      --no-ping --name=at0300 stamp
+15 2 * * 0     --no-ping --name=sunday0215 stamp
+0 2-3 * * *    --no-ping --name=at2and3 stamp
+@reboot        --no-ping --name=booted stamp
+"""
+NIGHTS = {
+    # 02:00 CET jumps to 03:00 CEST (01:00 UTC)
+    "spring": dt.datetime(2027, 3, 27, 22, 0, tzinfo=UTC),
+    # 03:00 CEST falls back to 02:00 CET (01:00 UTC)
+    "autumn": dt.datetime(2027, 10, 30, 22, 0, tzinfo=UTC),
+}
+
+
+def night_jobs():
+    from django.core.management import get_commands
+
+    commands = {**get_commands(), "stamp": "tests"}
+    return [j for j in parse_text(NIGHT_JOBS, "night.cron", commands).jobs]
+
+
+def cronsim_starts(expr: str, first: dt.datetime, last: dt.datetime) -> set[dt.datetime]:
+    """The minutes (UTC) at which cronsim, Debian's DST rules included, has `expr` fire."""
+    found = set()
+    for fire in CronSim(expr, (first - dt.timedelta(minutes=1)).astimezone(BERLIN)):
+        at = fire.astimezone(UTC)
+        if at > last:
+            break
+        found.add(at)
+    return found
+
+
+@pytest.mark.parametrize("night", sorted(NIGHTS))
+def test_on_a_dst_night_the_dispatcher_starts_each_job_exactly_when_crons_per_job_line_would(
+    night,
+):
+    from ops.run.dispatch import due_jobs
+
+    jobs = night_jobs()
+    timed = [j for j in jobs if j.cron_expr is not None]
+    first = NIGHTS[night]
+    last = first + dt.timedelta(hours=6)
+    # The model of the daemon (F7's, checked against the real one), woken every minute from
+    # long before the night: the per-job lines' starts.
+    daemon = Daemon({j.name: Expr(j.cron_expr) for j in timed})
+    for reading in minutes(first - dt.timedelta(hours=4), first - dt.timedelta(minutes=1)):
+        daemon.wake(reading.astimezone(BERLIN))
+    by_cron: dict[str, set] = {j.name: set() for j in timed}
+    by_dispatcher: dict[str, set] = {j.name: set() for j in timed}
+    for reading in minutes(first, last):
+        for name in daemon.wake(reading.astimezone(BERLIN)):
+            by_cron[name].add(reading)
+        # The dispatcher knows nothing but the minute it runs at.
+        for job in due_jobs(jobs, reading + dt.timedelta(seconds=1), BERLIN):
+            by_dispatcher[job.name].add(reading)
+    assert by_dispatcher == by_cron
+    # And both are cronsim's fire instants, which the slots of run_job are made of: the
+    # skipped hour's fixed-time jobs once at 03:00 CEST, none twice in the repeated hour,
+    # wildcard jobs again in it.
+    assert by_cron == {j.name: cronsim_starts(j.cron_expr, first, last) for j in timed}
+    jump = dt.datetime(2027, 3, 28, 1, 0, tzinfo=UTC)  # 03:00 CEST
+    if night == "spring":
+        for name in ("at0230", "at0200", "sunday0215", "at2and3", "hourly", "quarter"):
+            assert jump in by_cron[name], name
+        assert len(by_cron["at2and3"]) == 1  # 02:00 and 03:00 fall on one instant
+    else:
+        first_0230 = dt.datetime(2027, 10, 31, 0, 30, tzinfo=UTC)  # 02:30 CEST
+        second_0230 = dt.datetime(2027, 10, 31, 1, 30, tzinfo=UTC)  # 02:30 CET
+        assert first_0230 in by_cron["at0230"] and second_0230 not in by_cron["at0230"]
+        assert {first_0230, second_0230} <= by_cron["quarter"]
+        assert len(by_cron["hourly"]) == 7  # 00:00 … 05:00 CET/CEST, 02:00 twice
+    assert all(j.name != "booted" for j in timed)  # @reboot keeps its own line
+
+
+def use_only(project, name: str, text: str) -> None:
+    for path in (project.dir / "crontab.d").glob("*.cron"):
+        path.unlink()
+    project.write_cron(name, text)
+
+
+STAMP = """
+from django.conf import settings
+from pathlib import Path
+name = os.environ.get("OPS_JOB", "?")
+print("ran", name, "parent", os.getppid(), "slot", os.environ.get("OPS_SLOT"), flush=True)
+release = Path(settings.BASE_DIR) / "release"
+if options["wait"]:
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+"""
+
+
+def finished(project, names):
+    def check():
+        runs = project.db.runs()
+        done = {r[0] for r in runs if r[3] != "running"}
+        return runs if set(names) <= done else None
+
+    return check
+
+
+@pytest.mark.process
+def test_the_dispatcher_starts_exactly_the_due_jobs_each_through_run_job_with_its_log(
+    sqlite_project,
+):
+    project = sqlite_project
+    project.add_command("stamp", STAMP, 'parser.add_argument("--wait", action="store_true")')
+    # Monday 2027-01-04 03:00 UTC: due are the first four.
+    use_only(
+        project,
+        "10-jobs.cron",
+        "* * * * *      --no-ping --name=every-minute stamp\n"
+        "0 3 * * *      --no-ping --catch-up=1 --name=nightly stamp\n"
+        "0 3 4 1 *      --no-ping --name=yearly stamp\n"
+        "0 3 * * 1      --no-ping --name=mondays stamp\n"
+        "30 3 * * *     --no-ping --name=later stamp\n"
+        "0 3 * * 2      --no-ping --name=tuesdays stamp\n"
+        "@reboot        --no-ping --name=booted stamp\n",
+    )
+    due = ["every-minute", "nightly", "yearly", "mondays"]
+    dry = project.manage("run_due_jobs", "--dry-run", "--at", "2027-01-04 03:00")
+    assert dry.returncode == 0, dry.stderr
+    assert [line.split("--name=")[1].split()[0] for line in dry.stdout.splitlines()] == due
+    assert project.db.runs() == []  # a dry run starts nothing
+
+    result = project.manage("run_due_jobs", "--at", "2027-01-04 03:00")
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == ("", "")  # quiet: cron mails nothing
+    runs = wait_until(finished(project, due), "the four due jobs to finish", 60)
+    assert sorted({r[0] for r in runs}) == sorted(due)
+    assert all(r[3] == "succeeded" for r in runs), runs
+    # Each through run_job: a claim for its slot (run_job's own, at the real time) …
+    claimed = {row[0] for row in project.db.query("SELECT job FROM ops_slotclaim")}
+    assert claimed == set(due)
+    # … and the installed line's --log=OPS_LOG_DIR/<job>.log, with the job's output.
+    logs = project.dir / "var" / "log"
+    assert sorted(p.stem for p in logs.glob("*.log")) == sorted(due)
+    for name in due:
+        assert f"ran {name} " in (logs / f"{name}.log").read_text()
+
+
+@pytest.mark.process
+def test_a_long_job_does_not_keep_the_dispatcher_and_it_leaves_no_zombie_and_no_child(
+    sqlite_project,
+):
+    project = sqlite_project
+    project.add_command("stamp", STAMP, 'parser.add_argument("--wait", action="store_true")')
+    use_only(project, "10-jobs.cron", "* * * * * --no-ping --name=long stamp --wait\n")
+    dispatcher = project.popen("run_due_jobs")
+    # It exits while the job still runs (the job waits for a file nobody writes yet).
+    out, err = dispatcher.communicate(timeout=60)
+    assert dispatcher.returncode == 0, err
+    assert (out, err) == ("", "")
+    log = project.dir / "var" / "log" / "long.log"
+    started = wait_until(lambda: "ran long" in read(log) and read(log), "the job to start", 60)
+    assert project.db.runs("long")[0][3] == "running"
+    # run_job is nobody's child here: not the dispatcher's (gone, reaped by this test), and
+    # not a zombie left under it.
+    run_job = int(started.split(" parent ")[1].split()[0])  # the job's parent
+    assert state_of(run_job) not in ("Z", "gone")
+    assert parent_of(run_job) not in (dispatcher.pid, os.getpid())
+    assert not [pid for pid in children_of(os.getpid()) if state_of(pid) == "Z"]
+    (project.dir / "release").write_text("")
+    wait_until(finished(project, ["long"]), "the long job to finish", 60)
+    assert project.db.runs("long")[0][3] == "succeeded"
+
+
+@pytest.mark.process
+def test_install_crontab_dispatcher_installs_one_line_a_minute_and_reboot_lines_and_back(
+    sqlite_project, tmp_path
+):
+    project = sqlite_project
+    use_only(
+        project,
+        "10-jobs.cron",
+        "0 3 * * *   --no-ping --name=nightly stamp\n"
+        "*/5 * * * * --no-ping --name=often stamp\n"
+        "@reboot     --no-ping --name=booted stamp\n",
+    )
+    project.add_command("stamp", STAMP, 'parser.add_argument("--wait", action="store_true")')
+    tab = tmp_path / "tab"
+    tab.write_text("0 0 * * * /usr/local/bin/backup\n")
+    dry = project.manage("install_crontab", "--tabfile", str(tab), "--dispatcher", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "+* * * * * cd " in dry.stdout and "run_due_jobs --log=" in dry.stdout
+    assert tab.read_text() == "0 0 * * * /usr/local/bin/backup\n"
+
+    done = project.manage("install_crontab", "--tabfile", str(tab), "--dispatcher")
+    assert done.returncode == 0, done.stderr
+    lines = [x for x in tab.read_text().split("\n") if x and not x.startswith("#")]
+    log_dir = project.dir / "var" / "log"
+    python = lines[1].split(" && ")[1].split()[0]
+    assert lines == [
+        "0 0 * * * /usr/local/bin/backup",
+        f"* * * * * cd {project.dir} && {python} {project.dir}/manage.py run_due_jobs "
+        f"--log={log_dir}/run_due_jobs.log",
+        f"@reboot cd {project.dir} && {python} {project.dir}/manage.py run_job "
+        f"--log={log_dir}/booted.log --no-ping --name=booted stamp",
+    ]
+    again = project.manage("install_crontab", "--tabfile", str(tab), "--dispatcher", "--check")
+    assert again.returncode == 0, again.stderr
+    # job_status reads crontab.d, whichever lines are installed.
+    status = project.manage("job_status", "--format=json")
+    assert status.returncode in (0, 1) and not status.stderr, status.stderr  # 1: never run
+    assert {"nightly", "often", "booted"} <= set(status.stdout.replace('"', " ").split())
+
+    back = project.manage("install_crontab", "--tabfile", str(tab))
+    assert back.returncode == 0, back.stderr
+    text = tab.read_text()
+    assert "run_due_jobs" not in text
+    assert text.count(" run_job ") == 3
+
+
+def read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def stat_fields(pid: int) -> list[str]:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return text.rsplit(")", 1)[1].split()
+
+
+def state_of(pid: int) -> str:
+    fields = stat_fields(pid)
+    return fields[0] if fields else "gone"
+
+
+def parent_of(pid: int) -> int:
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields else 0
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and parent_of(int(entry)) == pid:
+            found.append(int(entry))
+    return found
+
+
+def test_a_run_job_forked_by_the_dispatcher_reuses_its_schedule_only_while_the_files_are_unchanged(
+    settings, tmp_path
+):
+    from ops.schedule import before_fork, crontabd
+
+    settings.OPS_CRONTAB_DIR = tmp_path
+    cron = tmp_path / "10-jobs.cron"
+    cron.write_text("0 3 * * * --no-ping check\n")
+    saved = before_fork._kept
+    try:
+        kept = crontabd.load_schedule()
+        before_fork.keep_for_children(kept, tmp_path)
+        assert crontabd.load_schedule() is kept
+        assert crontabd.load_schedule(check_args=True) is not kept  # the installer's read
+        cron.write_text("0 4 * * * --no-ping check\n")  # a deploy in between
+        assert crontabd.load_schedule().jobs[0].schedule == "0 4 * * *"
+    finally:
+        before_fork._kept = saved
