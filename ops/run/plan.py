@@ -76,6 +76,7 @@ def say(message: str, stream=None) -> None:
 def resolve(argv: list[str], stderr=None, now: dt.datetime | None = None) -> Plan:
     """The options and the declared job `argv` means; UsageError (exit 2, nothing recorded)
     when it is malformed or would run something other than what crontab.d declares."""
+    aware_datetimes()
     try:
         cli = parse_run_args(argv)
     except OptionsError as exc:
@@ -289,6 +290,16 @@ def env_file_usable() -> None:
 
     if env.problems:
         raise UsageError(env.problems[0])
+
+
+def aware_datetimes() -> None:
+    """USE_TZ off (ops.E008 under `manage.py check`) is a usage error: every slot, claim and run
+    is an aware datetime. run_job runs no system check, so it says it itself, in one line."""
+    if not getattr(settings, "USE_TZ", False):
+        raise UsageError(
+            "USE_TZ is off: cronops stores every slot and run as an aware datetime (set "
+            "USE_TZ = True)"
+        )
 
 
 def outside_transactions() -> None:
