@@ -31,6 +31,17 @@ CHROMIUM_ARGS = [
 ]
 
 
+def require_browser() -> None:
+    """Debian's chromium and playwright, or the test is skipped (a failure in CI)."""
+    from tests.conftest import require
+
+    require(os.path.exists(CHROMIUM), f"chromium not found at {CHROMIUM} (apt install chromium)")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        require(False, "playwright not installed (pip install -e '.[dev]')")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ops.schedule.slots import current_slot, previous_slots
-from tests.browser import CHROMIUM, Server, chromium_page, log_in
-from tests.conftest import REPO, base_env, require
+from tests.browser import Server, chromium_page, log_in, require_browser
+from tests.conftest import REPO, base_env
 from tests.test_status import insert_sql
 
 ARTEFACTS = Path(os.environ.get("CRONOPS_TEST_ARTEFACTS") or REPO / "var/test-artefacts")
@@ -93,11 +93,7 @@ def history(now: dt.datetime):
 
 @pytest.fixture
 def served(sqlite_project):
-    require(os.path.exists(CHROMIUM), f"chromium not found at {CHROMIUM} (apt install chromium)")
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        require(False, "playwright not installed (pip install -e '.[dev]')")
+    require_browser()
     project = sqlite_project
     project.write_cron(
         "50-test.cron",

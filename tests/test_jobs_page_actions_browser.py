@@ -4,12 +4,10 @@ healthchecks stand-in (tests/hcserver.py). An operator (staff with `ops.run_job`
 and runs another now and sees its run appear; a view-only member of staff sees no buttons and
 gets 403 behind them; an anonymous visitor is sent to the login and changes nothing."""
 
-import os
-
 import pytest
 
-from tests.browser import CHROMIUM, Server, chromium_page, log_in
-from tests.conftest import PING_KEY, base_env, require
+from tests.browser import Server, chromium_page, log_in, require_browser
+from tests.conftest import PING_KEY, base_env
 from tests.hcserver import API_KEY
 from tests.test_jobs_page_browser import shot
 
@@ -26,11 +24,7 @@ for name, codenames in (("viewer", ["view_jobrun"]), ("operator", ["view_jobrun"
 
 @pytest.fixture
 def served(sqlite_project, hc, tmp_path):
-    require(os.path.exists(CHROMIUM), f"chromium not found at {CHROMIUM} (apt install chromium)")
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        require(False, "playwright not installed (pip install -e '.[dev]')")
+    require_browser()
     project = sqlite_project
     project.write_cron(
         "50-test.cron",

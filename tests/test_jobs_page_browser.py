@@ -17,8 +17,8 @@ import pytest
 
 from ops import jobs_page
 from ops.schedule.slots import current_slot, previous_slots
-from tests.browser import CHROMIUM, Server, chromium_page, log_in, rgb, style
-from tests.conftest import REPO, base_env, require
+from tests.browser import Server, chromium_page, log_in, require_browser, rgb, style
+from tests.conftest import REPO, base_env
 from tests.test_status import insert_sql
 
 # The screenshots outlive the test run (pytest's tmp_path does not): `make test` leaves them
@@ -133,11 +133,7 @@ def billing_strip(rows) -> list[str]:
 @pytest.fixture
 def served(sqlite_project, tmp_path):
     """The deployed copy with a prepared history, served by `runserver` with DEBUG off."""
-    require(os.path.exists(CHROMIUM), f"chromium not found at {CHROMIUM} (apt install chromium)")
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        require(False, "playwright not installed (pip install -e '.[dev]')")
+    require_browser()
     project = sqlite_project
     now = dt.datetime.now(dt.UTC)
     three_hours_ago = now.astimezone(TZ) - dt.timedelta(hours=3)
