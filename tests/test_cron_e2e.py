@@ -119,14 +119,19 @@ def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
     assert "ARGS" in read(log)  # the line's `run_job --log=OPS_LOG_DIR/<job>.log`
     # How it was started (issue 32): cron, found among run_job's ancestors; the installed
     # line is unchanged. Each run in the log begins with its header.
-    [(run_id, slot, trigger, started_by)] = query(
-        app, "SELECT id, slot, trigger, started_by FROM ops_jobrun ORDER BY id LIMIT 1"
-    )
-    assert (trigger, started_by) == ("cron", "")
-    lines = read(log).splitlines()  # (a fire that could not record its run may come first)
-    ends = f" UTC  echo_args  slot {slot}  run #{run_id}  cron ==="
-    [header] = [i for i, line in enumerate(lines) if line[:4] == "=== " and line.endswith(ends)]
-    assert header < next(i for i, line in enumerate(lines) if line.startswith("ARGS ")), lines
+    # (A fire whose --log could not be opened yet, or that could not record its run, may come
+    # first: each run that logged has its header, before its output.)
+    recorded = query(app, "SELECT id, slot, trigger, started_by FROM ops_jobrun ORDER BY id")
+    assert {(trigger, by) for _, _, trigger, by in recorded} == {("cron", "")}, recorded
+    lines = read(log).splitlines()
+    ends = [
+        f" UTC  echo_args  slot {slot}  run #{run_id}  cron ===" for run_id, slot, *_ in recorded
+    ]
+    headers = [
+        i for i, line in enumerate(lines) if line[:4] == "=== " and line.endswith(tuple(ends))
+    ]
+    assert headers, (ends, lines)
+    assert headers[0] < next(i for i, line in enumerate(lines) if line.startswith("ARGS ")), lines
 
     paths = [p.split("?")[0] for p in pinged_paths(ping_server)]
     assert f"/{PING_KEY}/echo_args/start" in paths
