@@ -218,19 +218,28 @@ def test_a_holder_killed_mid_run_is_taken_over_by_a_standby(servers):
     assert claim(db) == ("succeeded", 2, taker)
 
 
-def test_a_frozen_holder_resumed_after_the_takeover_records_taken_over(servers):
+def frozen_while_taken_over(servers):
+    """The first server holds the slot and is frozen (SIGSTOP: a suspended VM, a stalled
+    hypervisor: run_job and its job); the standbys take it over, one succeeds; then it is
+    resumed. (The first server, the taker's name.)"""
     db = servers[0].project.db
     first = servers[0]
     first.hold()
     first.start()
     holding(servers, db)
-    freeze(first.pid, signal.SIGSTOP)  # a suspended VM, a stalled hypervisor: run_job and its job
+    freeze(first.pid, signal.SIGSTOP)
     standbys = [s.start() for s in servers[1:]]
     results = {s.name: s.wait() for s in standbys}
     assert [code for code, _, _ in results.values()] == [0, 0], results
     taker = executions(servers)[1]
     assert claim(db) == ("succeeded", 2, taker)
     freeze(first.pid, signal.SIGCONT)
+    return first, taker
+
+
+def test_a_frozen_holder_resumed_after_the_takeover_records_taken_over(servers):
+    db = servers[0].project.db
+    first, taker = frozen_while_taken_over(servers)
     code, out, err = first.wait()
     assert code == 75, out + err
     said = [line for line in err.splitlines() if "was taken over" in line]
@@ -474,17 +483,7 @@ def test_a_frozen_holder_resumed_after_the_takeover_takes_its_enqueue_back(task_
     back with the savepoint, the new holder's task is the slot's only one."""
     servers = task_servers
     db = servers[0].project.db
-    first = servers[0]
-    first.hold()
-    first.start()
-    holding(servers, db)
-    freeze(first.pid, signal.SIGSTOP)
-    standbys = [s.start() for s in servers[1:]]
-    results = {s.name: s.wait() for s in standbys}
-    assert [code for code, _, _ in results.values()] == [0, 0], results
-    taker = executions(servers)[1]
-    assert claim(db) == ("succeeded", 2, taker)
-    freeze(first.pid, signal.SIGCONT)
+    first, taker = frozen_while_taken_over(servers)
     first.release()
     code, out, err = first.wait()
     assert code == 75, out + err
