@@ -47,9 +47,12 @@ def cron_daemon_running() -> bool:
     return subprocess.run(["pgrep", "-x", "cron"], capture_output=True).returncode == 0
 
 
+@pytest.mark.parametrize("dispatcher", [False, True], ids=["its own line", "the dispatcher"])
 def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
-    cron_user, migrated_templates, ping_server
+    cron_user, migrated_templates, ping_server, dispatcher
 ):
+    """Through the job's own installed line, or through the warm dispatcher's one line a
+    minute (`install_crontab --dispatcher`, ops/run/dispatch.py), which forks its run_job."""
     require(cron_daemon_running(), "Debian's cron is not running (bash .ci/services.sh)")
     require(tz_mismatch("UTC") is None, "the system time zone is not UTC")
     python = python_for(cron_user.name)
@@ -80,7 +83,8 @@ def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
     subprocess.run(["chown", "-R", f"{cron_user.name}:{cron_user.name}", str(app)], check=True)
 
     installed = subprocess.run(
-        [python, str(app / "manage.py"), "install_crontab", "--user", cron_user.name],
+        [python, str(app / "manage.py"), "install_crontab", "--user", cron_user.name]
+        + (["--dispatcher"] if dispatcher else []),
         cwd=app,
         env=base_env(),
         capture_output=True,
@@ -88,7 +92,11 @@ def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
         timeout=120,
     )
     assert installed.returncode == 0, installed.stderr
-    assert installed.stdout.strip() == "installed 1 job: +1 \u22120 ~0"
+    if dispatcher:
+        [line] = [x for x in cron_user.crontab().splitlines() if x and not x.startswith(b"#")]
+        assert line.startswith(b"* * * * * ") and b" run_due_jobs " in line, line
+    else:
+        assert installed.stdout.strip() == "installed 1 job: +1 \u22120 ~0"
     assert PING_KEY.encode() not in cron_user.crontab()
     shutil.rmtree(app / "var" / "log")  # run_job --log makes it again (a shell `>>` could not)
 

@@ -32,6 +32,7 @@ from ..schedule.before_fork import keep_for_children
 from ..schedule.crontab_text import run_job_argv
 from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
 from ..schedule.firing import Expr, due_at
+from . import origin
 from .output import open_append
 
 
@@ -95,6 +96,7 @@ def dispatch(
     if not planned:
         return []
     warm_up()
+    origin.dispatched_by_cron = origin.under_cron(os.getppid())  # its runs' trigger, inherited
     start = start or start_run_job
     started = []
     for job, argv in planned:

@@ -43,12 +43,18 @@ class Origin:
         return {"trigger": trigger, "started_by": self.user[:150]}
 
 
+# Set by the warm dispatcher (ops/run/dispatch.py) before it forks each run_job, whose
+# ancestors are gone by the time it looks (a double fork, a session of its own): whether cron
+# started the dispatcher. None: not forked by one.
+dispatched_by_cron: bool | None = None
+
+
 def detect(action: int | None) -> Origin:
     """This run_job's origin; `action`: the Jobs page's action that started it, if one did."""
     if action is not None:
         return Origin(Trigger.PAGE, action=action)
     _, ppid, tty = _stat(os.getpid()) or ("", 0, 0)
-    if under_cron(ppid):
+    if dispatched_by_cron or (dispatched_by_cron is None and under_cron(ppid)):
         return Origin(Trigger.CRON)
     return Origin(Trigger.TERMINAL if tty else Trigger.HAND, os_user())
 
