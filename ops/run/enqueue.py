@@ -163,7 +163,7 @@ def follow(runner: Runner, run: JobRun, exit_code: int, catch_up: bool) -> tuple
             status = str(result.status)
         except missing:
             status = "gone"
-        except (DatabaseError, Exception) as exc:  # the backend's own: the run's outcome stands
+        except Exception as exc:  # the backend's own, a database error too: the outcome stands
             return exit_code, f"the task's result could not be read: {_said(exc)}"
         if status in FINISHED or status == "gone":
             break
