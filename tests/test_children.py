@@ -1,5 +1,6 @@
 """A job's child processes never outlive its claim: real run_job processes, real `sh` children."""
 
+import contextlib
 import os
 import re
 import signal
@@ -159,3 +160,35 @@ def test_a_worker_the_job_left_running_is_ended_when_the_job_returns(sqlite_proj
     run_id = project.db.query("SELECT id FROM ops_jobrun")[0][0]
     assert carrying(run_id, project) == []
     assert [r[3] for r in project.db.runs()] == ["succeeded"]
+
+
+def test_a_leftover_that_dies_while_it_is_being_looked_at_is_reaped_not_left_a_zombie(
+    monkeypatch,
+):
+    """A leftover that dies between run_job's look at its descendants and its reap was left a
+    zombie of run_job, then of init (still in /proc when run_job had exited). The death is put
+    exactly there: the look finds it alive, then it is killed and waited into a zombie."""
+    from ops.run import descendants
+
+    def state(pid: int) -> str:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        return stat.rsplit(b")", 1)[1].split()[0].decode()
+
+    before = frozenset(descendants.children_of(os.getpid()))
+    pid = os.posix_spawn("/bin/sleep", ["sleep", "30"], dict(os.environ))
+    look = descendants.descendants
+
+    def look_then_die(root=None, exclude=frozenset()):
+        found = look(root, exclude)
+        if pid in found and state(pid) != "Z":
+            os.kill(pid, signal.SIGKILL)
+            until(lambda: state(pid) == "Z")
+        return found
+
+    monkeypatch.setattr(descendants, "descendants", look_then_die)
+    try:
+        descendants.end_descendants(exclude=before, grace=5)
+        assert not Path(f"/proc/{pid}").exists(), "the leftover is still a zombie"
+    finally:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)

@@ -207,8 +207,11 @@ def _reap(root: int) -> None:
 
 
 def _alive(root: int, exclude: frozenset[int]) -> list[int]:
+    # Look first, reap after: one that dies in between is then either still counted (and
+    # looked at again) or already a zombie the reap takes, never a zombie left behind.
+    alive = [pid for pid in descendants(root, exclude) if (_stat(pid) or (0, "Z"))[1] != "Z"]
     _reap(root)
-    return [pid for pid in descendants(root, exclude) if (_stat(pid) or (0, "Z"))[1] != "Z"]
+    return alive
 
 
 def end_descendants(
