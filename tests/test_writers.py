@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import time_machine
 from django.core.management import call_command
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 
 from ops.models import JobPause, JobRun, Outcome, SlotClaim
 from ops.run import patience, runner
@@ -194,6 +194,31 @@ def test_the_outcome_waits_for_a_writer_that_holds_the_database_as_the_job_ends(
     assert "job t: another writer holds the database; waiting for it to write its record" in err
     assert list(JobRun.objects.values_list("outcome", flat=True)) == [Outcome.SUCCEEDED]
     assert list(SlotClaim.objects.values_list("state", flat=True)) == [Outcome.SUCCEEDED]
+
+
+def test_a_write_of_cronops_that_meets_another_writer_waits_its_try_instead_of_failing_at_once(
+    sqlite_db, monkeypatch
+):
+    """SQLite fails a transaction that has read and then meets another writer at once (waiting
+    could deadlock): the claim reads before it writes, so 20 jobs of one minute went round
+    patiently()'s pauses up to 12 times each. Its first statement now takes the write lock,
+    and a lock it does not get is waited for (a try: patience.TRY). Django's default
+    transactions (startproject's settings: no transaction_mode) begin without a lock."""
+    options = connection.settings_dict["OPTIONS"]
+    monkeypatch.setitem(options, "transaction_mode", None)
+    connection.close()
+    writer = Writer(sqlite_db).hold()
+    started = time.monotonic()
+    try:
+        with pytest.raises(OperationalError, match="database is locked"):
+            with patience.short_lock_waits(), transaction.atomic():
+                patience.in_transaction()
+                SlotClaim.objects.filter(job="t").exists()  # a read first, as a claim's
+                SlotClaim.objects.filter(job="t").update(heartbeat_at=None)
+        assert time.monotonic() - started >= patience.TRY
+    finally:
+        writer.release()
+        connection.close()
 
 
 def test_sigterm_ends_a_claim_waiting_for_another_writer_at_once(sqlite_project):

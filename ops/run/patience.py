@@ -24,6 +24,7 @@ TRY = 0.5  # seconds one statement may wait for a lock
 PAUSE = 0.1  # seconds between two tries
 SAY_AFTER = 5.0  # seconds of waiting before it is said: 20 jobs starting at once wait less
 _LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's lock_timeout
+_TAKE_WRITE_LOCK = "UPDATE ops_slotclaim SET id = id WHERE 0"  # writes nothing, locks
 
 T = TypeVar("T")
 
@@ -85,9 +86,19 @@ def short_lock_waits():
 
 
 def in_transaction() -> None:
-    """First thing in a transaction of run_job's own (the claim's, the record's): inside
+    """First thing in a write transaction of cronops' own (the claim's, the record's): inside
     patiently(), on PostgreSQL, its lock waits end after TRY seconds, for this transaction
-    only (SET LOCAL), and patiently() tries it again."""
+    only (SET LOCAL), and patiently() tries it again.
+
+    On SQLite it takes the write lock before anything is read, as BEGIN IMMEDIATE would: a
+    transaction that has read fails at once with "database is locked" when it then meets
+    another writer (SQLite will not wait there: it could deadlock), so 20 jobs of one minute
+    went round patiently()'s pauses up to 12 times each; one that has not read waits for
+    the lock (the busy timeout)."""
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(_TAKE_WRITE_LOCK)
+        return
     if getattr(_patient, "on", False) and connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL lock_timeout = '{int(TRY * 1000)}ms'")
@@ -107,18 +118,18 @@ def patiently(
     bound = LOCK_WAIT if bound is None else bound
     started = time.monotonic()
     told = False
-    while True:
-        try:
-            with short_lock_waits():
+    with short_lock_waits():  # once, not once a try: a try costs a BEGIN and a ROLLBACK
+        while True:
+            try:
                 return write()
-        except DatabaseError as exc:
-            vendor = held_by(exc)
-            if not vendor:
-                raise
-            waited = time.monotonic() - started
-            if waited >= bound:
-                raise Locked(LOCKED[vendor], waited) from exc
-            if waiting is not None and not told and waited >= SAY_AFTER:
-                told = True
-                waiting(WAITING[vendor], bound)
-            sleep(min(PAUSE, bound - waited))
+            except DatabaseError as exc:
+                vendor = held_by(exc)
+                if not vendor:
+                    raise
+                waited = time.monotonic() - started
+                if waited >= bound:
+                    raise Locked(LOCKED[vendor], waited) from exc
+                if waiting is not None and not told and waited >= SAY_AFTER:
+                    told = True
+                    waiting(WAITING[vendor], bound)
+                sleep(min(PAUSE, bound - waited))
