@@ -441,3 +441,38 @@ def test_quiet_with_a_full_temporary_directory_passes_the_output_through(sqlite_
     assert "--quiet could not spool the output (No space left on device)" in result.stderr
     [run] = project.db.runs()
     assert run[3] == "succeeded" and "could not spool" in run[5]
+
+
+# Closes every descriptor it inherited (as a job that daemonizes would), then works 2 s.
+CLOSES_ITS_DESCRIPTORS = """
+from pathlib import Path
+os.closerange(3, 4096)
+print("closed", flush=True)
+time.sleep(2)
+print("worked", flush=True)
+deadline = time.monotonic() + 60
+while not Path("go").exists() and time.monotonic() < deadline:
+    time.sleep(0.02)
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_run_job_waits_idle_for_a_job_that_closed_the_descriptors_it_inherited(sqlite_project):
+    """The report pipe's end of file is always ready: run_job waited on it and spun at full
+    CPU for as long as the job ran on (and, with every job, between its exit and its reaping)."""
+    project = sqlite_project
+    project.add_command("t_closes", CLOSES_ITS_DESCRIPTORS)
+    proc = project.popen("run_job", "--no-ping", "t_closes")
+    try:
+        wait_for_line(proc, "closed")
+        before = cpu_seconds(proc.pid)
+        wait_for_line(proc, "worked")  # the job's 2 s
+        spent = cpu_seconds(proc.pid) - before
+    finally:
+        (project.dir / "go").touch()
+    assert proc.wait(30) == 0, proc.stderr.read()
+    assert spent < 0.5, f"run_job used {spent:.2f} s of CPU while the job worked 2 s"

@@ -160,10 +160,14 @@ class Supervisor:
         deadline = started + self.timeout if self.timeout else None
         stopping: float | None = None  # since when the job is being stopped (SIGTERM sent)
         killed = False
-        fds = [self.child.report, *([self.child.pidfd] if self.child.pidfd is not None else [])]
+        pidfd = [self.child.pidfd] if self.child.pidfd is not None else []
+        fds = [self.child.report, *pidfd]
         while True:
-            if self.child.report in self.signals.wait(fds, 0):
-                self._read_report()
+            if self.child.report in fds and self.child.report in self.signals.wait(fds, 0):
+                if self._read_report():
+                    # The child closed it (as it exits): an end of file is always ready, and
+                    # waiting on it would spin until the child can be reaped.
+                    fds = pidfd
             pid, status = os.waitpid(self.child.pid, os.WNOHANG)
             if pid:
                 self.status, self.received = status, self.signals.received
@@ -199,16 +203,19 @@ class Supervisor:
         if sig != signal.SIGKILL:
             send(self.child.pid, signal.SIGCONT)
 
-    def _read_report(self) -> None:
+    def _read_report(self) -> bool:
+        """Read what the child reported; True at the end of the pipe."""
         with contextlib.suppress(OSError):  # BlockingIOError: nothing more for now
-            while len(self.report) < job_child.REPORT_MAX and (
-                chunk := os.read(self.child.report, job_child.REPORT_MAX)
-            ):
+            while len(self.report) < job_child.REPORT_MAX:
+                chunk = os.read(self.child.report, job_child.REPORT_MAX)
+                if not chunk:
+                    return True
                 self.report += chunk
-                if len(self.report) >= job_child.REPORT_MAX:
-                    # a job that fakes reports on our pipe: the rest is drained, not kept
-                    while os.read(self.child.report, 65536):
-                        pass
+            # a job that fakes reports on our pipe: the rest is drained, not kept
+            while os.read(self.child.report, 65536):
+                pass
+            return True
+        return False
 
     def ended(self) -> Ended:
         """The outcome: a lost claim, then a timeout, then a signal to run_job that came while
