@@ -10,11 +10,13 @@ repr()- and JSON-escaped, and URL-quoted (a password inside a URL).
 Only copies are redacted: the job's own output to cron's log stays the job's.
 """
 
+import functools
 import json
 import os
 import re
 import urllib.parse
 from collections.abc import Iterable
+from types import MappingProxyType
 
 from .. import conf
 
@@ -114,19 +116,27 @@ def _pattern(form: bytes) -> bytes:
     return rb"\s+".join(re.escape(w) for w in words) if len(words) > 1 else re.escape(form)
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled(secrets: tuple[tuple[str, str], ...]):
+    """(form -> its `<redacted NAME>`, the pattern of every form, the longest a match can be).
+    Kept: compiling the pattern of a SECRET_KEY's forms costs a run ~10 M instructions, and the
+    warm dispatcher compiles it once for every job it forks."""
+    names: dict[bytes, bytes] = {}
+    for name, value in secrets:
+        for form in _forms(value):
+            names.setdefault(form, f"<redacted {name}>".encode())
+    # Longest first: the whole DATABASE_URL goes before the password inside it.
+    forms = sorted(names, key=len, reverse=True)
+    pattern = re.compile(b"|".join(_pattern(f) for f in forms)) if forms else None
+    # A wrapped secret is longer by its line breaks and indentation: room for those too.
+    return MappingProxyType(names), pattern, 2 * len(forms[0]) if forms else 0
+
+
 class Redactor:
     """Replaces secret values in bytes by `<redacted NAME>`."""
 
     def __init__(self, secrets: dict[str, str]):
-        self.names: dict[bytes, bytes] = {}
-        for name, value in secrets.items():
-            for form in _forms(value):
-                self.names.setdefault(form, f"<redacted {name}>".encode())
-        # Longest first: the whole DATABASE_URL goes before the password inside it.
-        forms = sorted(self.names, key=len, reverse=True)
-        self._pattern = re.compile(b"|".join(_pattern(f) for f in forms)) if forms else None
-        # A wrapped secret is longer by its line breaks and indentation: room for those too.
-        self.longest = 2 * len(forms[0]) if forms else 0
+        self.names, self._pattern, self.longest = _compiled(tuple(secrets.items()))
 
     @classmethod
     def from_settings(cls, settings=None) -> "Redactor":

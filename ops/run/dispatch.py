@@ -117,10 +117,15 @@ def warm_up() -> None:
     import django.db.models.sql.compiler  # noqa: F401  (its first query)
     from django.core.management import get_commands
 
-    from ..management.commands import run_job  # noqa: F401  (and ops.run.runner with it)
+    from ..management.commands.run_job import common_options_parser
+    from ..monitors.redact import Redactor
     from . import runner  # noqa: F401
 
+    Redactor.from_settings()  # its pattern, compiled once for every run_job (ops/run/runner.py)
     get_commands()
+    common_options_parser(str(conf.base_dir() / "manage.py"), "run_job")
+    # Not the jobs' own command parsers: building one imports the command's module, which is
+    # the job's code (run_job imports it, in the job's own processes).
     connections["default"]  # the database backend's modules (no connection is opened)
     connections.close_all()  # a child must never use this process's connection
     for stream in (sys.stdout, sys.stderr):

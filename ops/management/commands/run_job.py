@@ -1,9 +1,16 @@
 import argparse
+import functools
 import gc
 
 from django.core.management.base import BaseCommand, CommandError, handle_default_options
 
 from ops.schedule.options import RUNNER_FIELDS, add_runner_options, split_common_options
+
+
+@functools.cache
+def common_options_parser(prog: str, subcommand: str) -> argparse.ArgumentParser:
+    """Django's common options (kept: the warm dispatcher builds it once for its jobs)."""
+    return BaseCommand().create_parser(prog, subcommand)
 
 
 class Command(BaseCommand):
@@ -31,7 +38,7 @@ class Command(BaseCommand):
         # argv: manage.py run_job ...; the runner parses its own options (one parser for cron
         # lines and the command line). Django's common options before the command name are
         # taken out here: ManagementUtility has already applied --settings and --pythonpath.
-        common_parser = BaseCommand().create_parser(argv[0], argv[1])
+        common_parser = common_options_parser(argv[0], argv[1])
         common = {
             option: action.nargs != 0
             for action in common_parser._actions
