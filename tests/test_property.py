@@ -240,16 +240,18 @@ def fires_in_minute(expr: str, now: dt.datetime) -> bool:
 
 
 @functools.cache
-def fire_times(expr: str) -> list[dt.datetime]:
+def fire_times(expr: str, repeated: bool) -> list[dt.datetime]:
     """The instants (UTC) in the window when cron fires `expr`, and the second pass of each
-    wall-clock fire time in the repeated hour (when cron fires a fixed-time job no more)."""
+    wall-clock fire time in the repeated hour (when cron fires a fixed-time job no more); with
+    `repeated`, those around the repeated hour only (if any)."""
     found = set()
     end = WINDOW + dt.timedelta(minutes=WINDOW_MINUTES)
     for fire in CronSim(expr, WINDOW.astimezone(TZ)):
         if fire.astimezone(UTC) >= end:
             break
         found |= {fire.astimezone(UTC), fire.replace(fold=1).astimezone(UTC)}
-    return sorted(found)
+    near = {at for at in found if REPEATED[0] <= at <= REPEATED[1]}
+    return sorted(near if repeated and near else found)
 
 
 instants = st.one_of(
@@ -262,11 +264,16 @@ instants = st.one_of(
 )
 # Killed in the first or second execution of a call (a catch-up runs several), or not at all.
 CRASHES = st.sampled_from([None] * 6 + [0, 1])
-# A dispatcher's clock: a fire time of the job's (or the upstream's) schedule, a few seconds in,
-# or (None) one of `instants`.
+# A dispatcher's clock: (job, n, repeated, second) a fire time of the job's (or the upstream's)
+# schedule, often around the repeated hour, a few seconds in; or (None) one of `instants`.
 FIRES = st.one_of(
     st.none(),
-    st.tuples(st.sampled_from([COMMAND] * 3 + [UPSTREAM]), st.integers(0, 500), st.integers(0, 59)),
+    st.tuples(
+        st.sampled_from([COMMAND] * 3 + [UPSTREAM]),
+        st.integers(0, 500),
+        st.booleans(),
+        st.integers(0, 59),
+    ),
 )
 DATE_SPELLINGS = [
     ("--logical-date={}",),
@@ -435,8 +442,8 @@ def make_machine(cron_dir, dead: process.Identity):
             """The warm dispatcher's minute: it picks the due jobs and their arguments; each
             run_job it starts runs here, in-process, as scheduled_run's do."""
             if fire is not None:
-                job, k, second = fire
-                times = fire_times(self.expr if job == COMMAND else UPSTREAM_EXPR)
+                job, k, repeated, second = fire
+                times = fire_times(self.expr if job == COMMAND else UPSTREAM_EXPR, repeated)
                 now = times[k % len(times)] + dt.timedelta(seconds=second)
             started: list[str] = []
             results = {}
