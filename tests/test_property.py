@@ -14,6 +14,12 @@ every step:
   gone), and no run ever waits behind such a claim;
 - a scheduled run leaves the slot cron fired for done (the most recent fire time at or before
   the clock, found by iterating the schedule forwards);
+- scheduled runs also come from the warm dispatcher (issue 33): at a random clock time, often a
+  fire time of the job's schedule or that wall-clock time's second pass in the repeated hour,
+  `dispatch()` chooses the due jobs and their run_job arguments from crontab.d, and its `start`
+  runs each here as the scheduled runs above are run. It starts each job cron fires in that
+  minute (cronsim's fire instants) exactly once, and no other; the runs it starts are held to
+  the invariants above like any other;
 - with `--after` (issue 21), the job's command never runs for a logical date before its
   upstream job succeeded for that date; with `--retries`, a failed first attempt is run again
   within the same claim (the invariants above hold per attempt: a retried slot that succeeded
@@ -25,6 +31,8 @@ BENCH_ARGS=--only=F8`); CRONOPS_PROPERTY_STATS names a file that receives the co
 
 import dataclasses
 import datetime as dt
+import functools
+import gc
 import io
 import json
 import os
@@ -44,7 +52,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from ops.models import JobRun, Outcome, SlotClaim
-from ops.run import claims, process, retries, runner
+from ops.run import claims, dispatch, origin, process, retries, runner
 from ops.schedule.slots import is_date_key, make_slot
 
 # A real process that has exited stands for a dead holder; and the run is long (make faults
@@ -208,14 +216,42 @@ def dead_holder() -> process.Identity:
     return identity
 
 
-def oracle_slot(expr: str, now: dt.datetime):
-    """The slot cron fired last at or before `now`, iterating the schedule forwards."""
+def last_fire(expr: str, now: dt.datetime) -> dt.datetime:
+    """The last time cron fired `expr` at or before `now`, iterating the schedule forwards."""
     last = None
     for fire in CronSim(expr, (now - dt.timedelta(days=3)).astimezone(TZ)):
         if fire.astimezone(UTC) > now:
             break
         last = fire
-    return make_slot(expr, last)
+    assert last is not None, (expr, now)
+    return last
+
+
+def oracle_slot(expr: str, now: dt.datetime):
+    """The slot cron fired last at or before `now`."""
+    return make_slot(expr, last_fire(expr, now))
+
+
+def fires_in_minute(expr: str, now: dt.datetime) -> bool:
+    """Whether cron fires `expr` in `now`'s minute (cronsim's fire instants: Debian's DST
+    rules, which tests/test_dispatcher.py and F7 hold the dispatcher's model to)."""
+    minute = now.replace(second=0, microsecond=0)
+    return last_fire(expr, now).astimezone(UTC) >= minute
+
+
+@functools.cache
+def fire_times(expr: str, repeated: bool) -> list[dt.datetime]:
+    """The instants (UTC) in the window when cron fires `expr`, and the second pass of each
+    wall-clock fire time in the repeated hour (when cron fires a fixed-time job no more); with
+    `repeated`, those around the repeated hour only (if any)."""
+    found = set()
+    end = WINDOW + dt.timedelta(minutes=WINDOW_MINUTES)
+    for fire in CronSim(expr, WINDOW.astimezone(TZ)):
+        if fire.astimezone(UTC) >= end:
+            break
+        found |= {fire.astimezone(UTC), fire.replace(fold=1).astimezone(UTC)}
+    near = {at for at in found if REPEATED[0] <= at <= REPEATED[1]}
+    return sorted(near if repeated and near else found)
 
 
 instants = st.one_of(
@@ -228,6 +264,17 @@ instants = st.one_of(
 )
 # Killed in the first or second execution of a call (a catch-up runs several), or not at all.
 CRASHES = st.sampled_from([None] * 6 + [0, 1])
+# A dispatcher's clock: (job, n, repeated, second) a fire time of the job's (or the upstream's)
+# schedule, often around the repeated hour, a few seconds in; or (None) one of `instants`.
+FIRES = st.one_of(
+    st.none(),
+    st.tuples(
+        st.sampled_from([COMMAND] * 3 + [UPSTREAM]),
+        st.integers(0, 500),
+        st.booleans(),
+        st.integers(0, 59),
+    ),
+)
 DATE_SPELLINGS = [
     ("--logical-date={}",),
     ("--logical-date", "{}"),
@@ -314,19 +361,23 @@ def make_machine(cron_dir, dead: process.Identity):
                 [COMMAND], now, fail=fail, crash_at=crash, fail_first=fail_first
             )
             if code == 0:
-                slot = oracle_slot(self.expr, now)
-                key = slot.key
-                row = SlotClaim.objects.filter(job=COMMAND, slot=key).first()
-                succeeded = SlotClaim.objects.filter(job=COMMAND, state=Outcome.SUCCEEDED)
-                day = succeeded.filter(logical_date=key[:10])
-                # The same instant served under another key (a once-a-day schedule's run at
-                # that instant, before an edit to */30) is the same slot (claims._same_slot).
-                done = (
-                    (row is not None and row.state == Outcome.SUCCEEDED)
-                    or (is_date_key(key) and day.exists())
-                    or succeeded.filter(scheduled_at=slot.at).exists()
-                )
-                assert done, f"cron fired {key} at {now.astimezone(TZ)}; the run said: {text}"
+                self.served_the_slot_cron_fired(now, text)
+
+        def served_the_slot_cron_fired(self, now, text):
+            """After a scheduled run that exited 0: the slot cron fired last is done."""
+            slot = oracle_slot(self.expr, now)
+            key = slot.key
+            row = SlotClaim.objects.filter(job=COMMAND, slot=key).first()
+            succeeded = SlotClaim.objects.filter(job=COMMAND, state=Outcome.SUCCEEDED)
+            day = succeeded.filter(logical_date=key[:10])
+            # The same instant served under another key (a once-a-day schedule's run at
+            # that instant, before an edit to */30) is the same slot (claims._same_slot).
+            done = (
+                (row is not None and row.state == Outcome.SUCCEEDED)
+                or (is_date_key(key) and day.exists())
+                or succeeded.filter(scheduled_at=slot.at).exists()
+            )
+            assert done, f"cron fired {key} at {now.astimezone(TZ)}; the run said: {text}"
 
         @rule(
             now=instants,
@@ -367,18 +418,71 @@ def make_machine(cron_dir, dead: process.Identity):
         @rule(now=instants, fails=st.booleans(), force=st.booleans())
         def upstream_run(self, now, fails, force):
             """The upstream job's run (cron's, or --force by hand): it succeeds or fails."""
+            self.run_upstream([*(["--force"] if force else []), UPSTREAM], now, fails)
+            WORLD.stats["steps"] += 1
+
+        def run_upstream(self, argv, now, fails):
             WORLD.upstream_fails = fails
             try:
                 with time_machine.travel(now, tick=False):
-                    code = runner.run(
-                        [*(["--force"] if force else []), UPSTREAM],
-                        stdout=io.StringIO(),
-                        stderr=io.StringIO(),
-                    )
+                    code = runner.run(list(argv), stdout=io.StringIO(), stderr=io.StringIO())
             finally:
                 WORLD.upstream_fails = False
             assert code in (0, 1, 2), code
-            WORLD.stats["steps"] += 1
+
+        @rule(
+            now=instants,
+            fire=FIRES,
+            fail=st.sampled_from([False] * 4 + [True]),
+            crash=CRASHES,
+            fail_first=st.sampled_from([0, 1, 2]),
+            upstream_fails=st.booleans(),
+        )
+        def dispatched_run(self, now, fire, fail, crash, fail_first, upstream_fails):
+            """The warm dispatcher's minute: it picks the due jobs and their arguments; each
+            run_job it starts runs here, in-process, as scheduled_run's do."""
+            if fire is not None:
+                job, k, repeated, second = fire
+                times = fire_times(self.expr if job == COMMAND else UPSTREAM_EXPR, repeated)
+                now = times[k % len(times)] + dt.timedelta(seconds=second)
+            started: list[str] = []
+            results = {}
+
+            def start(argv, log):
+                job = log.stem  # OPS_LOG_DIR/<job>.log
+                started.append(job)
+                assert argv[0] == f"--log={log}" and argv[-1] == job, argv
+                if job == UPSTREAM:
+                    self.run_upstream(argv, now, upstream_fails)
+                else:
+                    before = len(WORLD.executions)
+                    results[job] = self.run(
+                        argv, now, fail=fail, crash_at=crash, fail_first=fail_first
+                    )
+                    WORLD.stats["dispatched_executions"] += len(WORLD.executions) - before
+                return os.getpid()
+
+            said = io.StringIO()
+            try:
+                with time_machine.travel(now, tick=False):
+                    dispatch.dispatch(now, start=start, stdout=said, stderr=said)
+            finally:
+                gc.unfreeze()  # warm_up's gc.freeze(), for the forks it is made for
+                origin.dispatched_by_cron = None
+            due = [
+                job
+                for job, expr in ((UPSTREAM, UPSTREAM_EXPR), (COMMAND, self.expr))
+                if fires_in_minute(expr, now)
+            ]
+            # Each job cron fires in this minute, once; none other.
+            assert started == due, (now.astimezone(TZ), self.expr, started, said.getvalue())
+            assert not said.getvalue(), said.getvalue()
+            WORLD.stats["dispatches"] += 1
+            WORLD.stats["dispatched"] += len(started)
+            if COMMAND not in results:
+                WORLD.stats["steps"] += 1  # else self.run counted it
+            elif results[COMMAND][0] == 0:
+                self.served_the_slot_cron_fired(now, results[COMMAND][2])
 
         @invariant()
         def every_success_was_executed_under_its_claim(self):
@@ -441,12 +545,14 @@ def explore(settings, tmp_path) -> dict:
     settings.OPS_LOCK_DIR = tmp_path / "lock"
     settings.OPS_CRONTAB_DIR = tmp_path / "crontab.d"
     settings.OPS_CRONTAB_DIR.mkdir()
+    settings.OPS_LOG_DIR = tmp_path / "log"  # the dispatcher's runs' --log
     commands = get_commands()
     commands[COMMAND] = RecordDates()
     commands[UPSTREAM] = RecordUpstream()
     WORLD.ledger = tmp_path / "executions.jsonl"
     WORLD.stats = {
-        "examples": 0, "steps": 0, "runs": 0, "executions": 0, "outcomes": {}, "retried": 0
+        "examples": 0, "steps": 0, "runs": 0, "executions": 0, "outcomes": {}, "retried": 0,
+        "dispatches": 0, "dispatched": 0, "dispatched_executions": 0,
     }  # fmt: skip
     conclude, next_attempt = runner.Runner.conclude, retries.next_attempt
     runner.Runner.conclude = conclude_unless_crashed(conclude)  # type: ignore[method-assign]
@@ -484,5 +590,7 @@ def test_no_slot_runs_twice_and_every_success_was_served_whatever_the_sequence(
     print(stats)
     assert stats["examples"] >= EXAMPLES and stats["runs"] > EXAMPLES
     if EXAMPLES == 60 and not os.environ.get("CRONOPS_PROPERTY_RANDOM"):
-        # The fixed examples of the default run reach issue 21's paths.
+        # The fixed examples of the default run reach issue 21's paths, and the dispatcher's
+        # runs execute the job.
         assert stats["retried"] and stats["outcomes"].get("exit 69"), stats
+        assert stats["dispatched_executions"], stats

@@ -1,13 +1,15 @@
 """F8: issue 9's invariant, explored at length: tests/test_property.py's state machine (the real
 runner in-process: scheduled runs at random clock times around Berlin's repeated autumn hour,
 by-hand runs with random option spellings and positions, --force, --name, schedule edits,
-catch-up values, failing commands, runs killed between claim and record) with many more
-examples, once on SQLite and once on PostgreSQL (skipped without CRONOPS_TEST_PG_URL or
-var/ci/env.sh).
+catch-up values, failing commands, runs killed between claim and record, and scheduled runs
+started by the warm dispatcher, issue 33: `dispatch()` picks the due jobs and their arguments)
+with many more examples, once on SQLite and once on PostgreSQL (skipped without
+CRONOPS_TEST_PG_URL or var/ci/env.sh).
 
 Must hold: no failure (every succeeded claim executed under it with its date; no slot completed
 twice without --force; no claim left running without a live holder; a scheduled run serves the
-slot cron fired). Prints the examples, steps, runs and executions explored.
+slot cron fired; the dispatcher starts each job cron fires in its minute once, and no other).
+Prints the examples, steps, runs and executions explored, and the dispatcher's share.
 
 Usage: python bench/faults/f8_property.py [--examples 500] [--steps 25] [--quick]
 """
@@ -66,7 +68,10 @@ def explore(label: str, database_url: str, examples: int, steps: int) -> None:
     print(
         f"{label}: {stats.get('examples', 0)} examples, {stats.get('steps', 0)} steps, "
         f"{stats.get('runs', 0)} runs of the runner ({outcomes}), "
-        f"{stats.get('executions', 0)} executions of the command, {seconds:.0f} s",
+        f"{stats.get('executions', 0)} executions of the command, {seconds:.0f} s; "
+        f"the dispatcher: {stats.get('dispatches', 0)} minutes, "
+        f"{stats.get('dispatched', 0)} run_jobs started, "
+        f"{stats.get('dispatched_executions', 0)} executions",
         flush=True,
     )
     goal(
@@ -74,6 +79,12 @@ def explore(label: str, database_url: str, examples: int, steps: int) -> None:
         f"{label}: {stats.get('examples', 0)} examples / {stats.get('steps', 0)} steps, "
         f"{failures} failures (must be 0)",
         failures == 0 and stats.get("examples", 0) >= examples,
+    )
+    goal(
+        "F8",
+        f"{label}: the dispatcher's runs executed the job {stats.get('dispatched_executions', 0)}"
+        " times (must be > 0)",
+        stats.get("dispatched_executions", 0) > 0,
     )
 
 
