@@ -19,13 +19,23 @@ Two ways of firing the jobs:
   fixed-time jobs wait until the wall clock passes the virtual minute again. The clock steps
   use only the model; the DST nights use both when the real daemon can run.
 
+The warm dispatcher (`manage.py run_due_jobs`, issue 33) is held to the per-job lines: each
+real night runs twice, once with a cron line per job, once with the one `* * * * *` line that
+`install_crontab --dispatcher` writes (the dispatcher forks each due job's run_job); in each
+pass every job's starts are taken to the minute (the per-job lines': the fire time each line
+logs; the dispatcher's: each run_job's first history row, one per process), and the two
+passes must start every job in the same minutes. The model scenarios are also run through the
+dispatcher's stateless question (`due_at`, asked with the clock's minute): the same starts on
+the DST nights; a clock stepped by hand is not a DST change, and there it differs from cron
+(said, not a goal: the dispatcher keeps no virtual minute).
+
 Expected slots are every fire instant of each schedule in the window (cronsim), keyed as the
 runner keys them (ops/schedule/slots.py): a wildcard job's two 02:30s of the autumn night are
 two slots, a fixed-time job has one; a clock stepped back meets slots it already had.
 A run serves the slot current at its own start, so under the real daemon a job must start within
 the fake minute: at x20 that is 3 s of real time; the output shows the start lags (fake seconds).
 On a slow machine use --speed 10.
-Usage: python bench/faults/f7_clock.py [--speed 20] [--model-only]
+Usage: python bench/faults/f7_clock.py [--speed 20] [--model-only] [--lines per-job|dispatcher|both]
 """
 
 import argparse
@@ -70,6 +80,41 @@ def cron_fires(clock: list[dt.datetime]) -> list[tuple[dt.datetime, str]]:
         for job in daemon.wake(now.astimezone(TZ)):
             fires.append((now + dt.timedelta(seconds=2), job))
     return fires
+
+
+def dispatcher_fires(clock: list[dt.datetime]) -> list[tuple[dt.datetime, str]]:
+    """(instant, job) the dispatcher starts, woken by cron at each clock reading: it knows
+    only the minute it runs in (ops.run.dispatch.due_jobs: firing.due_at, stateless)."""
+    from ops.schedule.firing import Expr, due_at
+
+    exprs = {job: Expr(expr) for job, expr in JOBS.items()}
+    return [
+        (now + dt.timedelta(seconds=2), job)
+        for now in clock
+        for job in due_at(exprs, now + dt.timedelta(seconds=1), TZ)
+    ]
+
+
+def start_minutes(fires) -> dict[str, Counter]:
+    """{job: Counter of the UTC minutes it was started in} from (instant, job) pairs."""
+    out = {job: Counter() for job in JOBS}
+    for at, job in fires:
+        out[job][at.astimezone(UTC).replace(second=0, microsecond=0)] += 1
+    return out
+
+
+def differences(a: dict[str, Counter], b: dict[str, Counter]) -> dict[str, tuple[list, list]]:
+    """{job: (minutes only in a, minutes only in b)} for the jobs whose starts differ."""
+    out = {}
+    for job in JOBS:
+        only_a, only_b = a[job] - b[job], b[job] - a[job]
+        if only_a or only_b:
+            out[job] = (sorted(only_a.elements()), sorted(only_b.elements()))
+    return out
+
+
+def local(minute: dt.datetime) -> str:
+    return f"{minute.astimezone(TZ):%H:%M %Z}"
 
 
 def expected_slots(first: dt.datetime, last: dt.datetime) -> dict[str, set[str]]:
@@ -172,6 +217,27 @@ def model_scenarios() -> None:
         if set(codes) != {0}:
             print(f"    exit codes {dict(codes)}")
         report(name, Counter(j for _, j in fires), clock[0], max(clock), "model, in-process")
+        # The dispatcher's answer at each of the same wake-ups.
+        diff = differences(start_minutes(fires), start_minutes(dispatcher_fires(clock)))
+        said = "; ".join(
+            f"{job}: cron only {[local(m) for m in a]}, dispatcher only {[local(m) for m in b]}"
+            for job, (a, b) in diff.items()
+        )
+        if name.startswith("DST"):
+            goal(
+                "F7",
+                f"{name} [dispatcher (run_due_jobs' due_at) vs the model daemon]: "
+                f"{len(JOBS) - len(diff)} of {len(JOBS)} jobs started in the same minutes",
+                not diff,
+            )
+            if diff:
+                print(f"    {said}")
+        else:  # a clock set by hand: no offset change for the stateless dispatcher to see
+            print(
+                f"{name} [dispatcher vs the model daemon]: {len(JOBS) - len(diff)} of "
+                f"{len(JOBS)} jobs started in the same minutes (not a goal){': ' if diff else ''}"
+                f"{said}"
+            )
 
 
 # --kill-child: a night whose unshare is killed (a timeout) takes its cron and jobs with it,
@@ -206,7 +272,8 @@ touch /var/spool/cron/crontabs
 sleep "$SECONDS_TO_RUN"
 kill "$cron"
 # Let the runs cron started finish: leaving this pid namespace would kill them.
-for _ in $(seq 600); do pgrep -f 'manage.py run_job' > /dev/null || break; sleep 0.1; done
+# (the dispatcher's run_jobs are forks of `manage.py run_due_jobs`: their command line)
+for _ in $(seq 600); do pgrep -f 'manage.py run_' > /dev/null || break; sleep 0.1; done
 """
 
 
@@ -222,8 +289,51 @@ def real_cron_available() -> str:
     return ""
 
 
-def real_cron_night(root: Path, name: str, start: str, first, last, speed: int) -> None:
-    """Run the private daemon from `start` (local time) until `last` + 1 min, then report."""
+def run_starts(first, last) -> dict[str, Counter]:
+    """{job: Counter of UTC minutes} in which a run_job of it started: each process's first
+    history row (catch-up rows share its pid), whoever started it."""
+    from django.db.models import Min
+
+    from ops.models import JobRun
+
+    out = {job: Counter() for job in JOBS}
+    rows = JobRun.objects.values("job", "pid").annotate(at=Min("started_at"))
+    for row in rows:
+        minute = row["at"].astimezone(UTC).replace(second=0, microsecond=0)
+        if first <= minute <= last and row["job"] in out:
+            out[row["job"]][minute] += 1
+    return out
+
+
+def dispatcher_crontab(root: Path) -> str:
+    """The block `install_crontab --dispatcher` writes, as it writes it (to a file)."""
+    tab = root / "dispatcher.tab"
+    tab.write_text("")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "install_crontab",
+            "--dispatcher",
+            "--allow-tz-mismatch",
+            f"--tabfile={tab}",
+        ],
+        cwd=root,
+        env=dict(os.environ, TZ="Europe/Berlin"),
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        raise SystemExit(f"install_crontab --dispatcher failed:\n{done.stdout}{done.stderr}")
+    return tab.read_text()
+
+
+def real_cron_night(
+    root: Path, name: str, start: str, first, last, speed: int, dispatcher: bool = False
+) -> dict[str, Counter]:
+    """Run the private daemon from `start` (local time) until `last` + 1 min, then report;
+    return each job's start minutes (UTC). `dispatcher`: the crontab is the dispatcher's one
+    line (install_crontab --dispatcher), not a line per job."""
     import grp
 
     from ops.models import JobRun, SlotClaim
@@ -233,14 +343,22 @@ def real_cron_night(root: Path, name: str, start: str, first, last, speed: int) 
     fires_log = root / "fires.log"
     fires_log.unlink(missing_ok=True)
     (root / "empty").write_text("")
-    lines = []
-    for job, expr in JOBS.items():
-        # `%` is a newline in a crontab command: escaped. The fire time is the daemon's clock.
-        lines.append(
-            f'{expr} cd {root} && echo "$(date +\\%s) {job}" >> {fires_log}; '
-            f"{sys.executable} manage.py run_job {job} >> {root}/run.log 2>&1"
+    if dispatcher:
+        # Beside it, a wildcard line of the same schedule logs each of cron's starts of it.
+        text = dispatcher_crontab(root) + (
+            f'* * * * * echo "$(date +\\%s) dispatcher" >> {fires_log}\n'
         )
-    (root / "jobs.cron").write_text("\n".join(lines) + "\n")
+    else:
+        lines = []
+        for job, expr in JOBS.items():
+            # `%` is a newline in a crontab command: escaped. The fire time is the daemon's
+            # clock.
+            lines.append(
+                f'{expr} cd {root} && echo "$(date +\\%s) {job}" >> {fires_log}; '
+                f"{sys.executable} manage.py run_job {job} >> {root}/run.log 2>&1"
+            )
+        text = "\n".join(lines) + "\n"
+    (root / "jobs.cron").write_text(text)
     begin = dt.datetime.fromisoformat(start).replace(tzinfo=TZ).astimezone(UTC)
     fake_seconds = (last - begin).total_seconds() + 60
     env = dict(
@@ -252,26 +370,76 @@ def real_cron_night(root: Path, name: str, start: str, first, last, speed: int) 
         CRONTAB_GID=str(grp.getgrnam("crontab").gr_gid),
         SECONDS_TO_RUN=f"{fake_seconds / speed:.1f}",
     )
-    print(f"{name}: real cron under libfaketime x{speed}, {fake_seconds / speed:.0f} s", flush=True)
+    how = "the dispatcher's line" if dispatcher else "a line per job"
+    print(
+        f"{name}: real cron under libfaketime x{speed}, {how}, {fake_seconds / speed:.0f} s",
+        flush=True,
+    )
     subprocess.run(
         [*NAMESPACES, "bash", "-c", INNER],
         env=env,
         check=True,
         timeout=fake_seconds / speed + 180,
     )
-    fires = Counter()
+    cron_fires = Counter()
+    by_cron = {job: Counter() for job in [*JOBS, "dispatcher"]}
     for line in fires_log.read_text().splitlines():
         stamp, job = line.split()
         at = dt.datetime.fromtimestamp(int(stamp) // 60 * 60, UTC)
         if first <= at <= last:
-            fires[job] += 1
-    report(name, fires, first, last, f"real Debian cron, libfaketime x{speed}")
+            cron_fires[job] += 1
+            by_cron[job][at] += 1
+    started = run_starts(first, last)
+    if dispatcher:
+        fires = Counter({job: sum(c.values()) for job, c in started.items()})
+        label = f"real Debian cron, the dispatcher's line, libfaketime x{speed}"
+        print(
+            f"    cron started the dispatcher's line {cron_fires['dispatcher']} times "
+            f"(one a minute: {len(by_cron['dispatcher'])} distinct minutes)"
+        )
+    else:
+        fires = cron_fires
+        label = f"real Debian cron, libfaketime x{speed}"
+        # The history's starts, as the dispatcher's pass reads them, against cron's own log.
+        if differences({j: by_cron[j] for j in JOBS}, started):
+            print(f"    run_job starts differ from cron's fires: {differences(by_cron, started)}")
+    report(name, fires, first, last, label)
+    return {job: by_cron[job] for job in JOBS} if not dispatcher else started
+
+
+def compare_passes(name: str, per_job: dict[str, Counter], dispatched: dict[str, Counter]):
+    diff = differences(per_job, dispatched)
+    for job, expr in JOBS.items():
+        print(
+            f"    {job:9} {expr:13} per-job line fired in {sum(per_job[job].values()):3} "
+            f"minutes, the dispatcher started it in {sum(dispatched[job].values()):3}"
+            + (
+                f": per-job only {[local(m) for m in diff[job][0]]}, dispatcher only "
+                f"{[local(m) for m in diff[job][1]]}"
+                if job in diff
+                else ", the same minutes"
+            )
+        )
+    return goal(
+        "F7",
+        f"{name} [the dispatcher's line vs the per-job lines, real Debian cron]: "
+        f"{len(JOBS) - len(diff)} of {len(JOBS)} jobs started in the same minutes "
+        f"({sum(sum(c.values()) for c in dispatched.values())} starts vs "
+        f"{sum(sum(c.values()) for c in per_job.values())} fires)",
+        not diff,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--speed", type=int, default=20, help="libfaketime speed-up")
     parser.add_argument("--model-only", action="store_true")
+    parser.add_argument(
+        "--lines",
+        choices=["per-job", "dispatcher", "both"],
+        default="both",
+        help="the real nights' crontab: a line per job, the dispatcher's line, or each in turn",
+    )
     args = parser.parse_args()
     root = deployed_copy(
         CRON, commands={"bench_stamp": STAMP}, env_lines="TIME_ZONE=Europe/Berlin\n"
@@ -283,6 +451,9 @@ def main() -> int:
     import django
 
     django.setup()
+    import ops
+
+    print(f"F7: ops from {Path(ops.__file__).parent} (the deployed copy)", flush=True)
     model_scenarios()
     why_not = "--model-only" if args.model_only else real_cron_available()
     if why_not:
@@ -305,7 +476,13 @@ def main() -> int:
         ),
     ]
     for name, start, first, last in nights:
-        real_cron_night(root, name, start, first, last, args.speed)
+        per_job = dispatched = None
+        if args.lines in ("per-job", "both"):
+            per_job = real_cron_night(root, name, start, first, last, args.speed)
+        if args.lines in ("dispatcher", "both"):
+            dispatched = real_cron_night(root, name, start, first, last, args.speed, True)
+        if per_job is not None and dispatched is not None:
+            compare_passes(name, per_job, dispatched)
     return 0
 
 
