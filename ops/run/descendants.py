@@ -26,8 +26,9 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from ..values import Value
 
 PROC = Path("/proc")
 GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL of the job's leftover processes
@@ -36,8 +37,7 @@ _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 _POLL = 0.05
 
 
-@dataclass(frozen=True)
-class Proc:
+class Proc(Value, frozen=True):
     pid: int
     comm: str
 

@@ -12,11 +12,11 @@ import itertools
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..monitors.redact import redacted
 from ..run.commandargs import ArgsChecker
+from ..values import Value, field
 from . import before_fork, dependencies
 from .options import (
     JOB_NAME,
@@ -96,8 +96,7 @@ class CrontabError(ValueError):
         super().__init__(redacted(f"{where}: {message}" + (f" (in: {shown})" if shown else "")))
 
 
-@dataclass
-class Job:
+class Job(Value):
     name: str
     schedule: str  # normalised: five fields separated by one space, or a lower-case @word
     options: RunOptions
@@ -112,8 +111,7 @@ class Job:
         return SPECIALS[self.schedule] if self.schedule.startswith("@") else self.schedule
 
 
-@dataclass
-class Schedule:
+class Schedule(Value):
     jobs: list[Job] = field(default_factory=list)
     mailto: str | None = None
     files: list[str] = field(default_factory=list)

@@ -4,8 +4,8 @@ import argparse
 import datetime as dt
 import re
 import urllib.parse
-from dataclasses import dataclass, field
 
+from ..values import Value, field
 from .durations import parse_duration
 
 # A job name starts with a letter or digit: `run_job -x` would read a name "-x" as an option.
@@ -89,8 +89,7 @@ def close_match(word: str, candidates) -> str | None:
     return found[0] if found else None
 
 
-@dataclass
-class RunOptions:
+class RunOptions(Value):
     command: str
     args: list[str] = field(default_factory=list)
     name: str | None = None
