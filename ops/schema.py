@@ -20,9 +20,10 @@ import re
 MISSING = "missing"
 OUT_OF_DATE = "out of date"
 
-_OURS = re.compile(r"\bops_")
-_SQLITE_TABLE = re.compile(r"no such table: ops_")
-_SQLITE_COLUMN = re.compile(r"no such column: ops_\w+\.|table ops_\w+ has no column")
+# Compiled at their first use (an error's path), by re's cache: not by every run_job.
+_OURS = r"\bops_"
+_SQLITE_TABLE = r"no such table: ops_"
+_SQLITE_COLUMN = r"no such column: ops_\w+\.|table ops_\w+ has no column"
 
 
 def migrate_command(alias: str) -> str:
@@ -43,10 +44,10 @@ def problem(error: BaseException) -> str | None:
     text = str(error)
     cause = error.__cause__ or error
     code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    ours = _OURS.search(text) is not None  # ops_jobrun, not shops_order
-    if code == "42P01" or _SQLITE_TABLE.search(text):
+    ours = re.search(_OURS, text) is not None  # ops_jobrun, not shops_order
+    if code == "42P01" or re.search(_SQLITE_TABLE, text):
         return MISSING if ours else None
-    if code == "42703" or _SQLITE_COLUMN.search(text):
+    if code == "42703" or re.search(_SQLITE_COLUMN, text):
         return OUT_OF_DATE if ours else None
     return None
 

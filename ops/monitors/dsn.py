@@ -5,7 +5,8 @@ check-ins' machinery (ops/monitors/sentry.py) is run_job's only.
 """
 
 import urllib.parse
-from dataclasses import dataclass
+
+from ..values import Value
 
 ENVIRONMENT_MAX = 64  # Relay drops a check-in whose environment is longer
 SLUG_MAX = 50  # Sentry cuts a monitor slug to 50 characters
@@ -15,8 +16,7 @@ class DsnError(ValueError):
     """A DSN that cannot be used; the message never holds its key."""
 
 
-@dataclass(frozen=True)
-class Dsn:
+class Dsn(Value, frozen=True):
     endpoint: str  # https://host[:port]/[path/]api/<project>/envelope/
     public_key: str
     host: str  # for messages: where check-ins go (no key)

@@ -10,8 +10,8 @@ one budget whatever the members' servers do. Nothing here raises or changes an e
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 
+from ..values import Value
 from .pings import PingConfig, Pinger
 from .sentry import CheckIns, SentryConfig, monitor_config
 
@@ -62,8 +62,7 @@ class RunMonitors:
         return any(done)
 
 
-@dataclass(frozen=True)
-class Configs:
+class Configs(Value, frozen=True):
     """The members' settings, read (and so checked) once, before anything is claimed."""
 
     pings: PingConfig

@@ -26,9 +26,9 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from ..run.output import truncation_notice, utf8_end, utf8_start
+from ..values import Value
 
 log = logging.getLogger("ops.healthchecks")
 
@@ -59,8 +59,7 @@ class Unanswered(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class PingConfig:
+class PingConfig(Value, frozen=True):
     base_url: str
     ping_key: str = ""
     auto_create: bool = False

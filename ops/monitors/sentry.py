@@ -24,8 +24,8 @@ import threading
 import time
 import urllib.parse
 import uuid
-from dataclasses import dataclass
 
+from ..values import Value
 from .dsn import SLUG_MAX, Dsn, DsnError, parse_dsn  # noqa: F401  (callers' names for them)
 from .pings import MARGIN, RETRY_STATUSES, ResolveTimeout, connection, cut_at, distinct, tries
 
@@ -35,8 +35,7 @@ CLIENT = "cronops/0.1"
 MAX_MINUTES = 40320  # Sentry's limit on a margin and a runtime: 28 days
 
 
-@dataclass(frozen=True)
-class SentryConfig:
+class SentryConfig(Value, frozen=True):
     dsn: Dsn | None
     environment: str = ""
     budget: float = 10.0

@@ -26,7 +26,6 @@ share).
 import datetime as dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from django.db import connection, transaction
@@ -34,6 +33,7 @@ from django.db.models import F, Q
 
 from ..models import JobRun, Outcome, SlotClaim
 from ..schedule.slots import Slot, start_of_day
+from ..values import Value
 from . import descendants, patience, process
 from .fencing import (  # noqa: F401  (their old home: callers import them from here too)
     ENV_HOLDER,
@@ -64,8 +64,7 @@ ATTEMPTS = 5  # re-reads when another run changed the claim between our read and
 FENCE_POLL = 1.0  # seconds between two tries of a takeover held back by a fencing transaction
 
 
-@dataclass
-class ClaimResult:
+class ClaimResult(Value):
     status: str  # "claimed", "done" or "busy"
     run: JobRun | None = None
     holder: SlotClaim | None = None
@@ -229,8 +228,7 @@ def _take_from(row: SlotClaim) -> None:
         raise _HolderBusy(row)
 
 
-@dataclass
-class Waiting:
+class Waiting(Value):
     """How claim() waits for a gone holder's fencing transaction to end: with run_job's sleep
     (a signal ends it at once: signals.Interrupted) until `deadline` (time.monotonic());
     `begins(claim, seconds left)` is called once, when the wait begins."""
@@ -466,8 +464,7 @@ def heartbeat(run: JobRun, clock: Callable[[], dt.datetime]) -> int:
         return held.update(heartbeat_at=clock())
 
 
-@dataclass
-class Floor:
+class Floor(Value):
     """How far back catch-up may go: after the latest succeeded slot, from the first claim."""
 
     first: dt.datetime | None  # None: the job never claimed a slot, so there is no catch-up

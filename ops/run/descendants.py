@@ -22,12 +22,14 @@ command unless someone ends them. Two halves keep a slot from running twice mean
 """
 
 import contextlib
+import functools
 import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from ..values import Value
 
 PROC = Path("/proc")
 GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL of the job's leftover processes
@@ -36,8 +38,7 @@ _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 _POLL = 0.05
 
 
-@dataclass(frozen=True)
-class Proc:
+class Proc(Value, frozen=True):
     pid: int
     comm: str
 
@@ -45,22 +46,47 @@ class Proc:
         return f"pid {self.pid}, {self.comm}"
 
 
-def _prctl():
+@functools.cache
+def libc_prctl():
+    """libc's prctl(), called with ints (and a pointer to one); None where there is none.
+
+    Through _ctypes, what the ctypes package is made of: importing the package (its dozens of
+    types, the callback it makes at import) costs every run_job ~4.4 M instructions, ~0.6 % of
+    its start-up (bench/RESULTS.md, P9), for this one function. Its function type is
+    ctypes.CDLL(None, use_errno=True)'s, returning a C int."""
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes  # here: its import costs every run_job 30 ms, and only a run needs it
+    import _ctypes
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = _c_int()
+
+    class Library:  # what a function pointer is looked up in (a CDLL): its dlopen handle
+        _handle = 0
 
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl
+        Library._handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]
+        return Function(("prctl", Library()))  # type: ignore[arg-type]
     except (OSError, AttributeError):
         return None
+
+
+@functools.cache
+def _c_int() -> type:
+    """ctypes.c_int, without the ctypes package."""
+    import _ctypes
+
+    class CInt(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    return CInt
 
 
 def die_with_parent() -> bool:
     """Have the kernel SIGKILL this process when its parent (the thread that forked it) dies;
     False where it cannot (not Linux)."""
-    prctl = _prctl()
+    prctl = libc_prctl()
     return prctl is not None and prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
 
 
@@ -68,13 +94,13 @@ def set_subreaper(on: bool = True) -> bool | None:
     """Make this process a child subreaper (or stop being one); returns the previous state,
     None where the kernel has no such thing (then orphans go to init, and only the processes
     still below run_job are ended)."""
-    prctl = _prctl()
+    prctl = libc_prctl()
     if prctl is None:
         return None
-    import ctypes
+    import _ctypes
 
-    previous = ctypes.c_int(0)
-    if prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(previous), 0, 0, 0) != 0:
+    previous = _c_int()(0)
+    if prctl(_PR_GET_CHILD_SUBREAPER, _ctypes.byref(previous), 0, 0, 0) != 0:
         return None
     if prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
         return None

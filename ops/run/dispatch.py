@@ -32,7 +32,7 @@ from ..schedule.before_fork import keep_for_children
 from ..schedule.crontab_text import run_job_argv
 from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_schedule
 from ..schedule.firing import Expr, due_at
-from . import origin
+from . import descendants, origin
 from .output import open_append
 
 
@@ -112,8 +112,7 @@ def dispatch(
 def warm_up() -> None:
     """What every run_job would otherwise import (or build) for itself, done once before the
     forks, so that the children share it; then nothing a child must not inherit."""
-    import ctypes  # noqa: F401  (run_job's subreaper: ops/run/descendants.py)
-
+    descendants.libc_prctl()  # run_job's subreaper (ops/run/descendants.py)
     import django.db.models.sql.compiler  # noqa: F401  (its first query)
     from django.core.management import get_commands
 

@@ -20,16 +20,16 @@ import json
 import os
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from ..values import Value
 
 
 class LockError(OSError):
     """The lock directory or file cannot be used (permissions, disk)."""
 
 
-@dataclass
-class Holder:
+class Holder(Value):
     pid: int | None = None
     host: str = ""
     since: str = ""

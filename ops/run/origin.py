@@ -20,16 +20,15 @@ Each row of the history gets the run_job's trigger, except an attempt after the 
 
 import os
 import pwd
-from dataclasses import dataclass
 
 from ..models import JobAction, Trigger
+from ..values import Value
 
 CRON_DAEMONS = ("cron", "crond")  # /proc/<pid>/comm of Debian's cron (and cronie's, busybox's)
 MAX_ANCESTORS = 64
 
 
-@dataclass
-class Origin:
+class Origin(Value):
     trigger: str  # Trigger.CRON, HAND, TERMINAL or PAGE: how this run_job was started
     user: str = ""  # who: the OS user by hand; the Jobs page's user (from its action)
     action: int | None = None  # the Jobs page's action (its user is read once, when needed)

@@ -9,7 +9,6 @@ import contextlib
 import datetime as dt
 import json
 import sys
-from dataclasses import dataclass, replace
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -30,6 +29,7 @@ from ..schedule.options import (
     task_options_problem,
 )
 from ..schedule.slots import Slot, current_slot, date_slot, previous_slots, slot_on_date
+from ..values import Value, replace
 from . import claims, commandargs
 from .commandargs import ArgsRefused, LogicalDateGiven
 from .commandargs import check_args as check_command_args
@@ -40,8 +40,7 @@ class UsageError(Exception):
     """Bad arguments or configuration: exit 2, no ping, nothing recorded."""
 
 
-@dataclass
-class Plan:
+class Plan(Value):
     """What to run: the resolved options and the declared job (if any)."""
 
     options: RunOptions

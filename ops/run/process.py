@@ -12,14 +12,14 @@ OPS_HOST is never part of this: it is a display name, and two servers may share 
 """
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+from ..values import Value
 
 PROC = Path("/proc")
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(Value, frozen=True):
     boot_id: str  # "" where the kernel does not say (not Linux): such a holder is never checked
     pid_ns: int | None
     pid: int

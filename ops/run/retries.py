@@ -19,7 +19,6 @@ as terminated (128+N), never started.
 import datetime as dt
 import random
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
@@ -30,6 +29,7 @@ from ..models import JobRun, Outcome
 from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_AFTER_WAIT, DEFAULT_RETRY_DELAY, RunOptions
 from ..schedule.slots import Slot, next_fire
+from ..values import Value, field
 from . import claims, patience
 from .plan import say
 from .supervisor import EXIT_SKIPPED, Ended
@@ -62,8 +62,7 @@ def longest_run(opts: "RunOptions", per_attempt: float) -> float:
     return per_attempt * attempts + waits + after + result
 
 
-@dataclass
-class Attempts:
+class Attempts(Value):
     """The attempts of one slot within one run_job call."""
 
     limit: int  # --retries: attempts after the first

@@ -23,12 +23,12 @@ heartbeat.
 import datetime as dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..models import Outcome, SlotClaim
 from ..schedule.durations import human_duration
 from ..schedule.options import RunOptions
 from ..schedule.slots import Slot
+from ..values import Value
 from . import claims, process
 from .plan import UsageError
 
@@ -90,8 +90,7 @@ def judge(
     return FAILED
 
 
-@dataclass
-class Waited:
+class Waited(Value):
     verdict: str  # DONE, FAILED, TAKE or GAVE_UP
     claim: SlotClaim | None
     seconds: float

@@ -24,12 +24,12 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from django.db import connections
 
 from ..models import Outcome
 from ..schedule.options import DEFAULT_KILL_AFTER
+from ..values import Value
 from . import child as job_child
 from . import descendants
 from .signals import Signals, send
@@ -39,8 +39,7 @@ EXIT_TIMEOUT = 124
 _POLL = 0.05  # without a pidfd (kernels before 5.3) the parent polls the child this often
 
 
-@dataclass
-class Ended:
+class Ended(Value):
     """How the job's child process ended, in run_job's terms (DESIGN.md's exit-code table)."""
 
     outcome: str
@@ -49,8 +48,7 @@ class Ended:
     command: str = ""  # the command line it ran, as the child said (its slot's date added)
 
 
-@dataclass
-class Child:
+class Child(Value):
     pid: int
     stdout: int  # read ends of the job's stdout and stderr
     stderr: int

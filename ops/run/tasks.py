@@ -20,7 +20,6 @@ Django 6.0+ has the framework as `django.tasks`; on Django 5.2 the `django-tasks
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -243,7 +242,7 @@ def run(path: str, args: list[str]) -> None:
         from .fencing import current_claim
 
         claim = current_claim()
-        kwargs[SLOT] = None if claim is None else dataclasses.asdict(claim)
+        kwargs[SLOT] = None if claim is None else claim.as_dict()
     task.call(**kwargs)
 
 

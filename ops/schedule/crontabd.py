@@ -12,20 +12,20 @@ import itertools
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..monitors.redact import redacted
 from ..run.commandargs import ArgsChecker
+from ..values import Value, field
 from . import before_fork, dependencies
 from .options import (
     JOB_NAME,
     JOB_NAME_RULE,
-    SCHEDULE_OPTIONS,
     OptionsError,
     RunOptions,
     close_match,
     parse_run_args,
+    schedule_options,
     shown,
     task_options_problem,
 )
@@ -57,7 +57,7 @@ _ENV_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$")
 _ITEM = re.compile(r"^(\*|\w+|\w+-\w+)(?:/(\d+))?$")
 _NUMBER = re.compile(r"^\d+$")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-_MAILTO = re.compile(r"^[^\s,;'\"\\`$|&<>()%]+$")
+_MAILTO = r"^[^\s,;'\"\\`$|&<>()%]+$"  # (this and _PING_VALUE: compiled at first use)
 # What other crons accept and Debian's does not (or reads differently).
 _FOREIGN_SYNTAX = [
     ("~", "'~' (random value) is a systemd/OpenBSD extension; Debian's cron reads 0~30 as 0"),
@@ -80,7 +80,7 @@ _ENV_HINTS = {
 }
 
 
-_PING_VALUE = re.compile(r"(--ping(?:=|\s+))(\S+)")
+_PING_VALUE = r"(--ping(?:=|\s+))(\S+)"
 
 
 class CrontabError(ValueError):
@@ -92,12 +92,11 @@ class CrontabError(ValueError):
         # These messages reach job logs, cron mail, job_status, the jobs page and system
         # checks: made here, once, with no credential in them. A --ping value is one (a check
         # UUID or a URL with the ping key); so is any known secret, wherever it stands.
-        shown = _PING_VALUE.sub(r"\1<hidden>", _CONTROL.sub("?", text.strip()))
+        shown = re.sub(_PING_VALUE, r"\1<hidden>", _CONTROL.sub("?", text.strip()))
         super().__init__(redacted(f"{where}: {message}" + (f" (in: {shown})" if shown else "")))
 
 
-@dataclass
-class Job:
+class Job(Value):
     name: str
     schedule: str  # normalised: five fields separated by one space, or a lower-case @word
     options: RunOptions
@@ -112,8 +111,7 @@ class Job:
         return SPECIALS[self.schedule] if self.schedule.startswith("@") else self.schedule
 
 
-@dataclass
-class Schedule:
+class Schedule(Value):
     jobs: list[Job] = field(default_factory=list)
     mailto: str | None = None
     files: list[str] = field(default_factory=list)
@@ -324,7 +322,7 @@ def _check_env_line(name: str, value: str, path: str, lineno: int, raw: str) -> 
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         value = value[1:-1]
-    if value and not all(_MAILTO.match(a) for a in value.split(",")):
+    if value and not all(re.match(_MAILTO, a) for a in value.split(",")):
         raise CrontabError(
             path,
             lineno,
@@ -420,7 +418,7 @@ def _parse_job_line(line, raw, path, lineno, known, check_args, second_opinion=F
     try:
         options = parse_run_args(argv)
     except OptionsError as exc:
-        valid = f" (valid: {' '.join(SCHEDULE_OPTIONS)}, before the command)"
+        valid = f" (valid: {' '.join(schedule_options())}, before the command)"
         raise CrontabError(
             path, lineno, f"runner options: {exc}{'' if exc.suggested else valid}", raw
         ) from None

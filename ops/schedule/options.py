@@ -2,10 +2,11 @@
 
 import argparse
 import datetime as dt
+import functools
 import re
 import urllib.parse
-from dataclasses import dataclass, field
 
+from ..values import Value, field
 from .durations import parse_duration
 
 # A job name starts with a letter or digit: `run_job -x` would read a name "-x" as an option.
@@ -14,12 +15,14 @@ JOB_NAME_RULE = "1-100 of a-z, 0-9, '_' and '-', starting with a letter or digit
 # The longest value an error message echoes (a 10,000-character --name is not repeated whole).
 SHOWN_MAX = 60
 # A Django task's dotted path (module.function): a management command's name has no dot.
-TASK_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
+# (This one and the patterns below are compiled at their first use, by re's own cache: most
+# runs never need them, and compiling costs each importer ~0.3 M instructions a pattern.)
+TASK_PATH = r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$"
 
 
 def is_task_path(command: str) -> bool:
     """Whether a job's command word names a task (ops/run/tasks.py), not a command."""
-    return "." in command and TASK_PATH.match(command) is not None
+    return "." in command and re.match(TASK_PATH, command) is not None
 
 
 def task_options_problem(options: "RunOptions") -> str | None:
@@ -34,9 +37,7 @@ def task_options_problem(options: "RunOptions") -> str | None:
     return None
 
 
-PING_UUID = re.compile(
-    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-)
+PING_UUID = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
 # --catch-up runs at most this many earlier slots in one run: enough for three months of a daily
@@ -58,7 +59,7 @@ DEFAULT_AFTER_WAIT = 1800.0
 # (`--standby=30m`): `--standby charge_daily` would otherwise read the command as its value.
 # parse_run_args rewrites the bare word to this; a NUL never occurs in a real argument.
 _BARE_STANDBY = "\0"
-_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_ISO_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 
 
 def shown(text: str, limit: int = SHOWN_MAX) -> str:
@@ -89,8 +90,7 @@ def close_match(word: str, candidates) -> str | None:
     return found[0] if found else None
 
 
-@dataclass
-class RunOptions:
+class RunOptions(Value):
     command: str
     args: list[str] = field(default_factory=list)
     name: str | None = None
@@ -137,6 +137,12 @@ class RunOptions:
 
 
 class _Parser(argparse.ArgumentParser):
+    def _get_formatter(self):
+        # Never shown (no --help; an error raises OptionsError): add_argument only checks each
+        # option's metavar with it, which needs no terminal's width (~1.5 M instructions to
+        # look it up for every option).
+        return argparse.HelpFormatter(prog=self.prog, width=100)
+
     def error(self, message):
         # argparse echoes the words it refuses ("unrecognized arguments: ..."): cut each, once
         # its secrets are redacted (a secret cut in two is not recognised afterwards).
@@ -168,7 +174,7 @@ def logical_date(text: str) -> dt.date:
     why not. Exactly YYYY-MM-DD in ASCII: Python 3.11's fromisoformat also takes 20260105,
     2026-W02-1 and full-width digits, none of which an operator means as a logical date."""
     try:
-        if not _ISO_DATE.fullmatch(text):
+        if not re.fullmatch(_ISO_DATE, text):
             raise ValueError(text)
         day = dt.date.fromisoformat(text)
     except ValueError:
@@ -236,7 +242,7 @@ def _name(text):
 
 
 def _ping(text):
-    if PING_UUID.match(text):
+    if re.match(PING_UUID, text):
         return text
     try:
         parts = urllib.parse.urlsplit(text)
@@ -381,14 +387,22 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_PARSER = _build_parser()
-# Runner options as written on a crontab.d line (--logical-date and --force are by hand only;
-# install_crontab writes --log).
-SCHEDULE_OPTIONS = [
-    a.option_strings[0]
-    for a in _PARSER._actions
-    if a.option_strings and a.dest not in ("logical_date", "force", "log")
-]
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    """The runner's parser, built at its first use: not by every importer of this module."""
+    return _build_parser()
+
+
+def schedule_options() -> list[str]:
+    """Runner options as written on a crontab.d line (--logical-date and --force are by hand
+    only; install_crontab writes --log)."""
+    return [
+        a.option_strings[0]
+        for a in _parser()._actions
+        if a.option_strings and a.dest not in ("logical_date", "force", "log")
+    ]
+
+
 RUNNER_FIELDS = _FIELDS = [
     "name",
     "timeout",
@@ -421,7 +435,7 @@ def parse_run_args(argv: list[str]) -> RunOptions:
     if "--no-standby" in options and any(o.split("=", 1)[0] == "--standby" for o in options):
         raise OptionsError("--standby and --no-standby contradict each other: give one")
     try:
-        ns = _PARSER.parse_args(_mark_bare_standby(argv))
+        ns = _parser().parse_args(_mark_bare_standby(argv))
     except OptionsError as exc:
         if str(exc).startswith("unrecognized arguments:"):
             _suggest(options)
@@ -437,7 +451,7 @@ def parse_run_args(argv: list[str]) -> RunOptions:
 def _suggest(leading: list[str]) -> None:
     """Refuse the first of the `leading` option words that is no runner option with "did you
     mean" the one it is close to (`--timout=10m`: `--timeout`); nothing when none is close."""
-    known = [o for a in _PARSER._actions for o in a.option_strings]
+    known = [o for a in _parser()._actions for o in a.option_strings]
     for word in leading:
         option = word.split("=", 1)[0]
         if option in known:
@@ -461,7 +475,7 @@ def _takes_separate_value(action: argparse.Action) -> bool:
 
 def _leading_options(argv: list[str]) -> list[str]:
     """The option words before the command name (their separate values left out)."""
-    separate = {o for a in _PARSER._actions for o in a.option_strings if _takes_separate_value(a)}
+    separate = {o for a in _parser()._actions for o in a.option_strings if _takes_separate_value(a)}
     found, i = [], 0
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
         found.append(argv[i])
@@ -472,7 +486,7 @@ def _leading_options(argv: list[str]) -> list[str]:
 def _mark_bare_standby(argv: list[str]) -> list[str]:
     """argv with each bare `--standby` among the runner options marked as bare, so that the
     parser never takes the next word (the command) for its value."""
-    separate = {o for a in _PARSER._actions for o in a.option_strings if _takes_separate_value(a)}
+    separate = {o for a in _parser()._actions for o in a.option_strings if _takes_separate_value(a)}
     marked = list(argv)
     i = 0
     while i < len(marked):
@@ -511,7 +525,7 @@ def split_common_options(argv: list[str], common: dict[str, bool]) -> tuple[list
     """
     runner = {
         option: _takes_separate_value(action)
-        for action in _PARSER._actions
+        for action in _parser()._actions
         for option in action.option_strings
     }
     kept: list[str] = []

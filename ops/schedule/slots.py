@@ -20,10 +20,11 @@ A by-hand `--logical-date` run of an unscheduled command is keyed by the bare da
 
 import datetime as dt
 import re
-from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
+
+from ..values import Value
 
 UTC = dt.UTC
 _SINGLE_NUMBER = re.compile(r"^[0-9]+$")
@@ -31,8 +32,7 @@ _SINGLE_NUMBER = re.compile(r"^[0-9]+$")
 _OUT_OF_RANGE = (OverflowError, ValueError)
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(Value, frozen=True):
     key: str  # the claim's identity: "2026-11-29" or "2026-10-25 02:30+02:00"
     at: dt.datetime | None  # the fire instant (aware); None for a by-hand date slot
     logical_date: dt.date
