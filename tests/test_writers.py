@@ -221,6 +221,28 @@ def test_a_write_of_cronops_that_meets_another_writer_waits_its_try_instead_of_f
         connection.close()
 
 
+def test_the_write_lock_is_taken_only_on_the_database_cronops_writes_to(sqlite_db, monkeypatch):
+    """A project's router may keep cronops' tables in another database than the default one,
+    which the claim's and the record's transactions are on: locking ops_slotclaim there failed
+    with "no such table" (run_job: "cronops' tables are missing", the outcome not recorded;
+    job_pause refused), where the runs had worked."""
+    from django.db import router
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        patience.in_transaction()
+    assert any("ops_slotclaim" in q["sql"] for q in queries)
+
+    monkeypatch.setattr(router, "db_for_write", lambda model, **hints: "elsewhere")
+    connection.cursor().execute("ALTER TABLE ops_slotclaim RENAME TO ops_slotclaim_moved")
+    try:
+        with CaptureQueriesContext(connection) as queries, transaction.atomic():
+            patience.in_transaction()  # no "no such table: ops_slotclaim"
+        assert not any("ops_slotclaim" in q["sql"] for q in queries)
+    finally:
+        connection.cursor().execute("ALTER TABLE ops_slotclaim_moved RENAME TO ops_slotclaim")
+
+
 def test_sigterm_ends_a_claim_waiting_for_another_writer_at_once(sqlite_project):
     project = sqlite_project
     project.add_command("t_job", "print('ran', flush=True)")
