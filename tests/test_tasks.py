@@ -65,7 +65,9 @@ def not_a_task(logical_date: str) -> None:
 # Task backends that misbehave: one whose client hangs (a broker with no socket timeout), and a
 # database backend whose INSERT fails at the database (a constraint, a value it cannot store).
 BACKENDS = """
+import os
 import time
+from pathlib import Path
 
 from django_tasks_db import DatabaseBackend
 
@@ -77,6 +79,8 @@ except ImportError:
 
 class Hangs(BaseTaskBackend):
     def enqueue(self, task, args, kwargs):
+        if os.environ.get("HANGING"):
+            Path(os.environ["HANGING"]).touch()  # the test's signal now meets the enqueue
         time.sleep(3600)
 
 
@@ -359,12 +363,17 @@ def test_an_enqueue_that_hangs_ends_at_the_timeout_or_a_signal_as_a_job_would(ta
     project.write_cron(
         "t.cron", f"{DAILY} --enqueue --timeout=3s --name=t-hang commands.cron_tasks.on_hangs\n"
     )
+    hanging = project.dir / "hanging"
     run = project.popen(
-        "run_job", "--timeout=3s" if stop == "timeout" else "--timeout=1h", "t-hang"
+        "run_job",
+        "--timeout=3s" if stop == "timeout" else "--timeout=1h",
+        "t-hang",
+        env={"HANGING": str(hanging)},
     )
     try:
         if stop == "SIGTERM":
-            wait_until(lambda: project.db.runs("t-hang"), "the run's claim")
+            # Not the claim: a signal between the claim and the enqueue ends no enqueue.
+            wait_until(hanging.exists, "the backend's enqueue to begin")
             run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=60)  # the backend would hold it for an hour
     finally:

@@ -120,7 +120,10 @@ def warm_up() -> None:
     from ..monitors.redact import Redactor
     from . import runner  # noqa: F401
 
-    Redactor.from_settings()  # its pattern, compiled once for every run_job (ops/run/runner.py)
+    try:
+        Redactor.from_settings()  # its pattern, compiled once for every run_job (runner.py)
+    except Exception:  # noqa: S110  (a secret it cannot take: each run_job says so itself)
+        pass
     get_commands()
     common_options_parser(str(conf.base_dir() / "manage.py"), "run_job")
     # Not the jobs' own command parsers: building one imports the command's module, which is

@@ -10,12 +10,12 @@ a fencing transaction holds shared.
 
 import hashlib
 import os
+from dataclasses import dataclass
 
 from django.db import connection
 from django.db.transaction import TransactionManagementError
 
 from ..models import JobRun, Outcome, SlotClaim
-from ..values import Value
 from . import process
 
 
@@ -56,7 +56,8 @@ ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN = "OPS_JOB", "OPS_SLOT", "OPS_CLAIM_VERS
 _ENV_NAMES = (ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN)
 
 
-class HeldClaim(Value, frozen=True):
+@dataclass(frozen=True)  # public (docs/several-servers.md): stays a dataclass for users' code
+class HeldClaim:
     """The claim the running job was started under: its slot and its fencing token."""
 
     job: str

@@ -239,10 +239,12 @@ def run(path: str, args: list[str]) -> None:
     task = load(path)
     kwargs = json.loads(args[0]) if args else {}
     if accepts(task, SLOT):
+        from dataclasses import asdict
+
         from .fencing import current_claim
 
         claim = current_claim()
-        kwargs[SLOT] = None if claim is None else claim.as_dict()
+        kwargs[SLOT] = None if claim is None else asdict(claim)
     task.call(**kwargs)
 
 
