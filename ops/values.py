@@ -56,21 +56,37 @@ class Value:
         own = [
             name
             for name, kind in inspect.get_annotations(cls).items()
-            if kind is not ClassVar and getattr(kind, "__origin__", None) is not ClassVar
+            if kind is not ClassVar
+            and getattr(kind, "__origin__", None) is not ClassVar
+            and not (isinstance(kind, str) and kind.startswith(("ClassVar", "typing.ClassVar")))
         ]
         defaults = dict(cls._defaults)
         for name in own:
             if name in cls.__dict__:
                 default = cls.__dict__[name]
+                if isinstance(default, list | dict | set):  # as @dataclass: one shared by all
+                    raise ValueError(f"mutable default for field {name}: use default_factory")
                 defaults[name] = default
                 if isinstance(default, _Factory):
                     delattr(cls, name)  # as @dataclass: no class attribute for a factory
-        cls._fields = cls._fields + tuple(own)
+        # A field given again in a subclass keeps its place (as @dataclass).
+        fields = cls._fields + tuple(name for name in own if name not in cls._fields)
+        if "__hash__" in cls.__dict__ and cls.__dict__["__hash__"] is not None:
+            frozen_hash = cls.__dict__["__hash__"]  # the class's own, as @dataclass keeps it
+        else:
+            frozen_hash = _hash
+        seen_default = False
+        for name in fields:  # as @dataclass: no required field after one with a default
+            if name in defaults:
+                seen_default = True
+            elif seen_default:
+                raise TypeError(f"non-default argument {name!r} follows default argument")
+        cls._fields = fields
         cls._defaults = defaults
         if frozen:
             cls.__setattr__ = _refuse_set  # type: ignore[method-assign]
             cls.__delattr__ = _refuse_delete  # type: ignore[method-assign]
-            cls.__hash__ = _hash  # type: ignore[method-assign, assignment]
+            cls.__hash__ = frozen_hash  # type: ignore[method-assign]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         fields, kind = self._fields, type(self).__qualname__

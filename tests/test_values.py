@@ -65,3 +65,40 @@ def test_a_frozen_value_is_immutable_and_hashable():
     assert {Key("nightly"), Key("nightly", 1), Key("nightly", 2)} == {key, Key("nightly", 2)}
     assert replace(key, version=3) == Key("nightly", 3) and key.version == 1
     assert key.as_dict() == {"name": "nightly", "version": 1}
+
+
+def test_a_value_refuses_the_class_bodies_a_dataclass_refuses():
+    with pytest.raises(ValueError, match="mutable default for field tags"):
+
+        class Shared(Value):
+            tags: list = []
+
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
+
+        class Order(Value):
+            a: int = 1
+            b: int
+
+
+def test_a_subclass_field_given_again_keeps_its_place_and_a_string_classvar_is_no_field():
+    class Base(Value):
+        x: int
+        y: int = 2
+
+    class Again(Base):
+        x: int = 5
+        kind: "ClassVar[str]" = "again"  # noqa: F821  (as under future annotations)
+
+    assert repr(Again()).endswith(".Again(x=5, y=2)")
+    assert Again(7).x == 7
+
+
+def test_a_frozen_value_keeps_its_own_hash():
+    class Keyed(Value, frozen=True):
+        key: str
+        note: str = ""
+
+        def __hash__(self) -> int:
+            return hash(self.key)
+
+    assert hash(Keyed("a", "x")) == hash("a")
