@@ -85,13 +85,6 @@ def short_lock_waits():
         _patient.on = False
 
 
-def _ours(alias: str) -> bool:
-    """Whether cronops' run writes go to database `alias` (a router may send them elsewhere)."""
-    from .. import schema
-
-    return schema.ops_alias() == alias
-
-
 def in_transaction() -> None:
     """First thing in a write transaction of cronops' own (the claim's, the record's): inside
     patiently(), on PostgreSQL, its lock waits end after TRY seconds, for this transaction
@@ -103,10 +96,12 @@ def in_transaction() -> None:
     went round patiently()'s pauses up to 12 times each; one that has not read waits for
     the lock (the busy timeout)."""
     if connection.vendor == "sqlite":
+        from ..schema import ops_alias
+
         # Only where cronops' tables are: a project's router may keep them in another
         # database than the one this transaction is on (ops/schema.py), and this one has no
         # ops_slotclaim to lock ("no such table", read as "not migrated").
-        if _ours(connection.alias):
+        if ops_alias() == connection.alias:
             with connection.cursor() as cursor:
                 cursor.execute(_TAKE_WRITE_LOCK)
         return
