@@ -22,10 +22,15 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from .models import Effect, Job, JobAction, JobRun, Outcome, SlotClaim
-from .schedule.durations import human_duration
 
 # The jobs page's modules (status, crontab.d, cronsim) are imported by its views, not here:
 # Django imports every app's admin.py at start-up, for every management command.
+
+
+def human_duration(seconds: float | None) -> str:
+    from .schedule.durations import human_duration as said  # a page's, not every command's
+
+    return said(seconds)
 
 
 def _button(function: str, model_admin, request, *args, **kwargs):
@@ -105,6 +110,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def get_urls(self):
         return [nul_refused(pattern) for pattern in self.view_urls()]
 
+    def check(self, **kwargs):
+        from .checkgate import static_checks  # checks of this file's code: see there
+
+        return super().check(**kwargs) if static_checks() else []
+
     def view_urls(self):
         """The model admin's URLs, before get_urls guards them."""
         return super().get_urls()
@@ -130,7 +140,7 @@ def iso(field: str, description: str):
 def outcome_words(value: str) -> str:
     """An outcome as the admin shows it: capitalised like Django's own labels ("Succeeded",
     "Timed out", "Taken over"), where the choices' labels mix "Succeeded" and "timed out"."""
-    return Outcome(value).label.capitalize()
+    return Outcome.labels.get(value, value).capitalize()
 
 
 class OutcomeFilter(admin.SimpleListFilter):

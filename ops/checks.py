@@ -38,13 +38,13 @@ import zoneinfo
 from pathlib import Path
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError
 
-from . import conf
+from . import checkgate, conf
 
-# Every app's checks module is imported at start-up, by every command, run_job included (which
-# runs no checks): what the checks need is imported when they run.
+# Registered by ops/checkgate.py, which imports this module only where the checks run (the
+# commands in checkgate.CHECKING): what each check needs is imported when it runs.
 
 SETTINGS_HINT = "see docs/settings.md for every cronops setting and its default"
 
@@ -69,7 +69,6 @@ def _time_zone() -> str | None:
     return name
 
 
-@register(Tags.compatibility, deploy=False)
 def check_settings(app_configs=None, **kwargs):
     messages = []
     for problem in conf.problems():
@@ -108,7 +107,6 @@ def check_settings(app_configs=None, **kwargs):
     return messages
 
 
-@register(Tags.compatibility, deploy=False)
 def check_time_zone(app_configs=None, **kwargs):
     messages = []
     if not getattr(settings, "USE_TZ", False):
@@ -143,23 +141,15 @@ def _schedule():
 
 # The commands whose system checks read crontab.d (parsing it, with each job's arguments through
 # its command's parser, costs a command ~10 ms): `check` (the deploy runs it) and `runserver`.
-# Every other command skips it; run_job, install_crontab, job_status, sync_healthchecks and
+# `migrate` and `test` skip it; run_job, install_crontab, job_status, sync_healthchecks and
 # export_schedule read crontab.d themselves and refuse a bad line.
-READS_CRONTABD = {"check", "runserver"}
+READS_CRONTABD = frozenset({"check", "runserver"})
 
 
 def _reads_crontabd() -> bool:
-    """Whether this process's command is one of READS_CRONTABD; also when it is no
-    `manage.py <command>` at all (a test's or a tool's run_checks())."""
-    argv = sys.argv
-    launcher = Path(argv[0]).name if argv else ""
-    if launcher not in ("manage.py", "django-admin", "__main__.py") or len(argv) < 2:
-        return True
-    command = next((word for word in argv[1:] if not word.startswith("-")), "")
-    return command in READS_CRONTABD
+    return checkgate.checking(READS_CRONTABD)
 
 
-@register(Tags.compatibility, deploy=False)
 def check_crontabd(app_configs=None, **kwargs):
     if not _reads_crontabd():
         return []
@@ -229,7 +219,6 @@ def check_crontabd(app_configs=None, **kwargs):
     return messages
 
 
-@register(Tags.compatibility, deploy=True)
 def check_pings(app_configs=None, **kwargs):
     """ops.W001, a deployment check (`check --deploy`): healthchecks.io is optional, so a
     project without it hears of it where Django users look for production warnings, not on
@@ -258,7 +247,6 @@ def check_pings(app_configs=None, **kwargs):
     ]
 
 
-@register(Tags.compatibility, deploy=False)
 def check_sentry(app_configs=None, **kwargs):
     try:
         problem = conf.sentry_problem()
@@ -276,7 +264,6 @@ def check_sentry(app_configs=None, **kwargs):
     ]
 
 
-@register(Tags.security, deploy=False)
 def check_redact_names(app_configs=None, **kwargs):
     from .monitors.redact import unknown_names
 
@@ -295,7 +282,6 @@ def check_redact_names(app_configs=None, **kwargs):
     ]
 
 
-@register(Tags.compatibility, deploy=False)
 def check_time_zone_name(app_configs=None, **kwargs):
     from .schedule.tznames import current_name
 
@@ -333,7 +319,6 @@ def _writable_dir_problem(path: Path) -> str | None:
     return None
 
 
-@register(Tags.compatibility, deploy=False)
 def check_directories(app_configs=None, **kwargs):
     messages = []
     for setting, getter, error_id, why in (
@@ -358,7 +343,6 @@ def check_directories(app_configs=None, **kwargs):
     return messages
 
 
-@register(Tags.security, deploy=False)
 def check_env_file(app_configs=None, **kwargs):
     base = _or_none(conf.base_dir)
     if base is None:
@@ -400,7 +384,6 @@ def _group_name(gid: int) -> str:
         return str(gid)
 
 
-@register(Tags.database)
 def check_migrations(app_configs=None, databases=None, **kwargs):
     """ops.E012: cronops' migrations not applied to a database it migrates into. A database
     check (Tags.database): Django runs it only for `check --database <alias>` (and `migrate`,
