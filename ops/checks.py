@@ -29,7 +29,6 @@ default`; also `migrate`, which runs the checks before it migrates, so there it 
 run_job, job_status and install_crontab say so themselves.
 """
 
-import grp
 import os
 import stat
 import sys
@@ -202,21 +201,27 @@ def check_crontabd(app_configs=None, **kwargs):
                     id="ops.W003",
                 )
             )
-        sentry = _or_none(conf.sentry_dsn)
-        from .monitors.dsn import SLUG_MAX
-
-        long = [j.name for j in schedule.jobs if len(j.name) > SLUG_MAX and not j.options.no_ping]
-        if sentry and long:
-            messages.append(
-                Warning(
-                    f"{len(long)} job name(s) longer than {SLUG_MAX} characters "
-                    f"({', '.join(n[:20] + '…' for n in long[:3])}): Sentry cuts a monitor's "
-                    f"slug to {SLUG_MAX}, so their check-ins may land on another job's monitor",
-                    hint=f"give each a --name of at most {SLUG_MAX} characters in crontab.d",
-                    id="ops.W011",
-                )
-            )
+        if _or_none(conf.sentry_dsn):
+            messages += _long_for_sentry(schedule.jobs)
     return messages
+
+
+def _long_for_sentry(jobs) -> list[CheckMessage]:
+    """ops.W011, with Sentry check-ins on: names Sentry would cut to another job's slug."""
+    from .monitors.dsn import SLUG_MAX
+
+    long = [j.name for j in jobs if len(j.name) > SLUG_MAX and not j.options.no_ping]
+    if not long:
+        return []
+    return [
+        Warning(
+            f"{len(long)} job name(s) longer than {SLUG_MAX} characters "
+            f"({', '.join(n[:20] + '…' for n in long[:3])}): Sentry cuts a monitor's "
+            f"slug to {SLUG_MAX}, so their check-ins may land on another job's monitor",
+            hint=f"give each a --name of at most {SLUG_MAX} characters in crontab.d",
+            id="ops.W011",
+        )
+    ]
 
 
 def check_pings(app_configs=None, **kwargs):
@@ -265,12 +270,12 @@ def check_sentry(app_configs=None, **kwargs):
 
 
 def check_redact_names(app_configs=None, **kwargs):
-    from .monitors.redact import unknown_names
-
     try:
-        unknown = unknown_names(settings)
+        names = conf.redact_names(settings)
     except conf.SettingError:
         return []  # E006 says it
+    # neither a setting nor an environment variable: a typo would silently protect nothing
+    unknown = [n for n in names if getattr(settings, n, None) is None and n not in os.environ]
     return [
         Warning(
             f"OPS_REDACT names {name}, which is neither a Django setting nor an environment "
@@ -379,6 +384,8 @@ def _root_owned_for_us(info: os.stat_result) -> bool:
 
 def _group_name(gid: int) -> str:
     try:
+        import grp  # only for a .env readable by its group
+
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)

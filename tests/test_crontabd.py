@@ -155,3 +155,24 @@ def test_an_error_quoting_a_long_secret_shows_no_part_of_it(settings, option):
     message = str(error.value)
     assert settings.SECRET_KEY[:20] not in message, message
     assert "<redacted SECRET_KEY>" in message
+
+
+def test_a_command_is_refused_what_its_parser_refuses_with_or_without_arguments_of_its_own(
+    tmp_path,
+):
+    """clearsessions declares no argument (no parser is built for its bare line: ops/run/
+    commandargs.py's takes_no_arguments); sqlmigrate requires two."""
+    directory = tmp_path / "crontab.d"
+    directory.mkdir()
+    line = directory / "10-jobs.cron"
+    line.write_text("@daily clearsessions\n@daily --name=loud clearsessions --verbosity=2\n")
+    assert len(load_schedule(directory, get_commands(), check_args=True).jobs) == 2
+    for text, refusal in [
+        ("@daily clearsessions now\n", "unrecognized arguments: now"),
+        ("@daily sqlmigrate\n", "the following arguments are required: app_label"),
+    ]:
+        line.write_text(text)
+        with pytest.raises(CrontabError) as caught:
+            load_schedule(directory, get_commands(), check_args=True)
+        assert str(caught.value).startswith(f"{line}:1: ")
+        assert refusal in str(caught.value)

@@ -14,10 +14,9 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..monitors.redact import redacted
 from ..run.commandargs import ArgsChecker
 from ..values import Value, field
-from . import before_fork, dependencies
+from . import before_fork
 from .options import (
     JOB_NAME,
     JOB_NAME_RULE,
@@ -93,6 +92,8 @@ class CrontabError(ValueError):
         # checks: made here, once, with no credential in them. A --ping value is one (a check
         # UUID or a URL with the ping key); so is any known secret, wherever it stands.
         shown = re.sub(_PING_VALUE, r"\1<hidden>", _CONTROL.sub("?", text.strip()))
+        from ..monitors.redact import redacted  # an error's path: not every parse's import
+
         super().__init__(redacted(f"{where}: {message}" + (f" (in: {shown})" if shown else "")))
 
 
@@ -542,8 +543,11 @@ def load_schedule(
             result.mailto, result.mailto_at = part.mailto, part.mailto_at
         result.jobs.extend(part.jobs)
         result.files.append(str(path))
-    for job, why in dependencies.problems(result.jobs):  # --after's rules: the first one
-        raise CrontabError(job.path, job.lineno, why, f"{job.schedule} {shlex.join(job.argv)}")
+    if any(job.options.after for job in result.jobs):
+        from . import dependencies  # --after's rules (and the slot maths they need)
+
+        for job, why in dependencies.problems(result.jobs):  # the first one
+            raise CrontabError(job.path, job.lineno, why, f"{job.schedule} {shlex.join(job.argv)}")
     return result
 
 
