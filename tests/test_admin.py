@@ -256,3 +256,18 @@ def test_a_read_only_admin_is_set_up_as_djangos_model_admin_is():
     assert set(vars(ours)) - {"_formfield_overrides"} == set(vars(djangos)) - {
         "formfield_overrides"
     }
+
+
+def test_a_read_only_admins_urls_are_djangos_routes_and_names():
+    """ReadOnlyAdmin builds Django's ModelAdmin URL list itself (one wrapper a view, made at
+    the request): the same routes and names, so a newer Django's change shows here."""
+    from django.contrib.admin import ModelAdmin, site
+
+    from ops.admin import ReadOnlyAdmin
+
+    def shape(urls):
+        return [(str(u.pattern), u.name) for u in urls]
+
+    assert shape(ReadOnlyAdmin(JobRun, site).get_urls()) == shape(
+        ModelAdmin(JobRun, site).get_urls()
+    )

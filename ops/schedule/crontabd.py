@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..run.commandargs import ArgsChecker
 from ..values import Value, field
-from . import before_fork
+from . import before_fork, dependencies
 from .options import (
     JOB_NAME,
     JOB_NAME_RULE,
@@ -543,11 +543,8 @@ def load_schedule(
             result.mailto, result.mailto_at = part.mailto, part.mailto_at
         result.jobs.extend(part.jobs)
         result.files.append(str(path))
-    if any(job.options.after for job in result.jobs):
-        from . import dependencies  # --after's rules (and the slot maths they need)
-
-        for job, why in dependencies.problems(result.jobs):  # the first one
-            raise CrontabError(job.path, job.lineno, why, f"{job.schedule} {shlex.join(job.argv)}")
+    for job, why in dependencies.problems(result.jobs):  # --after's rules: the first one
+        raise CrontabError(job.path, job.lineno, why, f"{job.schedule} {shlex.join(job.argv)}")
     return result
 
 
