@@ -16,15 +16,16 @@ from pathlib import Path
 from django.core.checks import Tags, register
 
 CHECKING = frozenset({"check", "runserver", "migrate", "test"})
-# Where BaseCommand's code runs: `execute`, and runserver's `inner_run` (its own thread under
-# the autoreloader, where the checks run)
-_COMMAND_FRAMES = frozenset({"execute", "inner_run"})
+# Where BaseCommand's code runs: `execute`, runserver's `inner_run` (its own thread under the
+# autoreloader) and `check` (BaseCommand.check, which execute calls, and a command may too)
+_COMMAND_FRAMES = frozenset({"execute", "inner_run", "check"})
 
 
 def command() -> str | None:
     """The management command the checks run under: the innermost on this thread's stack
-    (call_command("check") inside another command is `check`), else manage.py's (or
-    django-admin's) command word; None for neither (a script, a test)."""
+    (call_command("check") inside another command is `check`; a command that calls its own
+    check() asks for them as `check` does), else manage.py's (or django-admin's) command word;
+    None for neither (a script, a test)."""
     from django.core.management.base import BaseCommand
 
     frame: types.FrameType | None = sys._getframe(1)
@@ -32,8 +33,11 @@ def command() -> str | None:
         if frame.f_code.co_name in _COMMAND_FRAMES:
             running = frame.f_locals.get("self")
             if isinstance(running, BaseCommand):
-                # A subclass keeps its module's name: staticfiles' runserver is `runserver`
-                return type(running).__module__.rpartition(".")[2]
+                called_by = frame.f_back.f_code.co_name if frame.f_back else ""
+                if frame.f_code.co_name != "check":
+                    return _kind(type(running))
+                if called_by != "execute":  # not execute's own call: asked for
+                    return "check"
         frame = frame.f_back
     argv = sys.argv
     launcher = Path(argv[0]).parts[-2:] if argv else ()
@@ -42,6 +46,16 @@ def command() -> str | None:
     if launcher[-1] not in ("manage.py", "django-admin") and launcher != ("django", "__main__.py"):
         return None  # python -m pytest's __main__.py is not `python -m django`'s
     return next((word for word in argv[1:] if not word.startswith("-")), "")
+
+
+def _kind(command_class: type) -> str:
+    """A command's name, or that of the command in CHECKING it subclasses (a project's
+    `deploycheck` built on `check`, staticfiles' `runserver`): by module, as Django names them."""
+    for kind in command_class.__mro__:
+        name = kind.__module__.rpartition(".")[2]
+        if name in CHECKING:
+            return name
+    return command_class.__module__.rpartition(".")[2]
 
 
 def checking(commands: frozenset[str] = CHECKING) -> bool:
@@ -64,40 +78,46 @@ def model_check(cls, /, **kwargs):
     --database`, `migrate`, `test`), the rest under static_checks()."""
     from django.db.models import Model
 
-    if kwargs.get("databases") or static_checks():
+    if kwargs.get("databases") or cls._meta.app_label != "ops" or static_checks():
         return Model.check.__func__(cls, **kwargs)  # type: ignore[attr-defined]
-    return []
+    return []  # a project's model built on one of these is checked as any of its own
 
 
-# ops/checks.py's checks, by name: registered here, so that a command outside CHECKING neither
-# runs them nor imports their module (with what it imports: ~2 M instructions)
-CHECKS: tuple[tuple[str, str, bool], ...] = (
-    ("check_settings", Tags.compatibility, False),
-    ("check_time_zone", Tags.compatibility, False),
-    ("check_crontabd", Tags.compatibility, False),
-    ("check_pings", Tags.compatibility, True),
-    ("check_sentry", Tags.compatibility, False),
-    ("check_redact_names", Tags.security, False),
-    ("check_time_zone_name", Tags.compatibility, False),
-    ("check_directories", Tags.compatibility, False),
-    ("check_env_file", Tags.security, False),
-    ("check_migrations", Tags.database, False),
-)
+# ops/checks.py's checks, by name and by the tags and deploy flag Django selects them by:
+# registered here, one function a group (Django inspects the signature of each it registers,
+# ~80 k instructions), so that a command outside CHECKING neither runs them nor imports their
+# module (with what it imports: ~2 M instructions)
+CHECKS: dict[tuple[str, bool], tuple[str, ...]] = {
+    (Tags.compatibility, False): (
+        "check_settings",
+        "check_time_zone",
+        "check_crontabd",
+        "check_sentry",
+        "check_time_zone_name",
+        "check_directories",
+    ),
+    (Tags.compatibility, True): ("check_pings",),
+    (Tags.security, False): ("check_redact_names", "check_env_file"),
+    (Tags.database, False): ("check_migrations",),
+}
 
 
-def _gated(name: str):
+def _gated(tag: str, deploy: bool, names: tuple[str, ...]):
     def check(app_configs=None, **kwargs):
         if not checking():
             return []
         from . import checks
 
-        return getattr(checks, name)(app_configs=app_configs, **kwargs)
+        found = []
+        for name in names:
+            found += getattr(checks, name)(app_configs=app_configs, **kwargs)
+        return found
 
-    check.__name__ = check.__qualname__ = name
+    check.__name__ = check.__qualname__ = f"cronops_{tag}{'_deploy' * deploy}_checks"
     return check
 
 
-_GATED = [(_gated(name), tag, deploy) for name, tag, deploy in CHECKS]
+_GATED = [(_gated(tag, deploy, names), tag, deploy) for (tag, deploy), names in CHECKS.items()]
 
 
 def register_checks() -> None:

@@ -37,7 +37,7 @@ class Outcome:
         (BLOCKED, "Blocked"),
     ]
     values = [value for value, _ in choices]
-    labels = dict(choices)
+    labels = [label for _, label in choices]
 
 
 class Trigger:

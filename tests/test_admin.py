@@ -271,3 +271,25 @@ def test_a_read_only_admins_urls_are_djangos_routes_and_names():
     assert shape(ReadOnlyAdmin(JobRun, site).get_urls()) == shape(
         ModelAdmin(JobRun, site).get_urls()
     )
+
+
+def test_a_projects_subclass_of_a_read_only_admin_gets_djangos_set_up_whole():
+    from django import forms
+    from django.contrib.admin import site
+    from django.db import models
+
+    from ops.admin import ReadOnlyAdmin
+
+    class Mine(ReadOnlyAdmin):
+        formfield_overrides = {models.TextField: {"widget": forms.TextInput}}
+
+        def __init__(self, model, admin_site):
+            super().__init__(model, admin_site)
+            self.seen = True
+
+    mine = Mine(JobRun, site)
+    assert mine.seen
+    assert mine.formfield_overrides[models.TextField]["widget"] is forms.TextInput
+    assert models.DateTimeField in mine.formfield_overrides  # Django's defaults merged in
+    mine.formfield_overrides = {}
+    assert mine.formfield_overrides == {}

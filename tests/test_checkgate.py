@@ -140,6 +140,7 @@ def test_a_fault_in_cronops_own_code_is_found_by_its_tests_and_costs_no_command(
     class BrokenAdmin(ReadOnlyAdmin):
         list_display = ["no_such_field"]  # admin.E108
 
+    BrokenAdmin.__module__ = "ops.admin"  # one of ops' own (a project's are checked: below)
     assert [m.id for m in Broken.check()] == ["fields.E130", "fields.E132"]
     assert [m.id for m in BrokenAdmin(Broken, AdminSite()).check()] == ["admin.E108"]
     monkeypatch.setattr("sys.argv", ["manage.py", "check"])  # also under `check` itself
@@ -147,3 +148,66 @@ def test_a_fault_in_cronops_own_code_is_found_by_its_tests_and_costs_no_command(
     assert BrokenAdmin(Broken, AdminSite()).check() == []
     # but a database's own rules are checked when `check --database` (or migrate) asks
     assert [m.id for m in Broken.check(databases=["default"])] == ["fields.E130", "fields.E132"]
+
+
+def test_every_check_of_ops_checks_is_registered_once_under_its_tags():
+    from django.core.checks import registry
+
+    import ops.checks
+
+    defined = {n for n in dir(ops.checks) if n.startswith("check_")}
+    listed = [n for names in checkgate.CHECKS.values() for n in names]
+    assert sorted(listed) == sorted(defined)
+    ours = [c for c in registry.registry.get_checks(True) if c.__module__ == "ops.checkgate"]
+    assert sorted((c.__name__, tuple(c.tags)) for c in ours) == [
+        ("cronops_compatibility_checks", ("compatibility",)),
+        ("cronops_compatibility_deploy_checks", ("compatibility",)),
+        ("cronops_database_checks", ("database",)),
+        ("cronops_security_checks", ("security",)),
+    ]
+
+
+@pytest.mark.process
+def test_check_by_tag_runs_cronops_checks_of_that_tag(sqlite_project):
+    env = {**BROKEN, "OPS_REDACT": "NO_SUCH_NAME"}  # ops.E006 (compatibility), W006 (security)
+    security = sqlite_project.manage("check", "--tag", "security", env=env)
+    assert "(ops.W006)" in security.stderr and "ops.E006" not in security.stderr
+    compatibility = sqlite_project.manage("check", "--tag", "compatibility", env=env)
+    assert "(ops.E006)" in compatibility.stderr and "ops.W006" not in compatibility.stderr
+
+
+COMMANDS = {
+    # a deploy's own wrapper of `check`, under another name
+    "deploycheck": "from django.core.management.commands.check import Command as Check\n\n\n"
+    "class Command(Check):\n    pass\n",
+    # a command that skips the automatic checks and asks for them itself
+    "selfcheck": "from django.core.management.base import BaseCommand\n\n\n"
+    "class Command(BaseCommand):\n    requires_system_checks = []\n\n"
+    "    def handle(self, *args, **options):\n        self.check()\n",
+}
+
+
+@pytest.mark.process
+def test_a_command_built_on_check_or_asking_for_the_checks_runs_cronops_checks(sqlite_project):
+    commands = sqlite_project.dir / "commands" / "management" / "commands"
+    for name, code in COMMANDS.items():
+        (commands / f"{name}.py").write_text(code)
+        result = sqlite_project.manage(name, env=BROKEN)
+        assert result.returncode == 1, (name, result.stderr)
+        assert "(ops.E006) OPS_HEARTBEAT_SECONDS" in result.stderr, name
+
+
+@isolate_apps("ops", "commands")
+def test_a_projects_model_and_admin_built_on_cronops_are_checked_as_its_own(monkeypatch):
+    class FailedRun(JobRun):
+        class Meta:
+            proxy = True
+            app_label = "commands"
+            ordering = ["no_such_field"]  # models.E015
+
+    class FailedRunAdmin(ReadOnlyAdmin):
+        list_display = ["no_such_column"]  # admin.E108
+
+    monkeypatch.setattr("sys.argv", ["manage.py", "check"])
+    assert [m.id for m in FailedRun.check()] == ["models.E015"]
+    assert [m.id for m in FailedRunAdmin(FailedRun, AdminSite()).check()] == ["admin.E108"]

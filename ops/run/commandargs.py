@@ -66,9 +66,9 @@ def takes_no_arguments(command: str) -> bool:
     from django.core.management.base import BaseCommand
 
     kind = type(_command(command))
-    return (
-        kind.add_arguments is BaseCommand.add_arguments
-        and kind.create_parser is BaseCommand.create_parser
+    return all(
+        getattr(kind, name, None) is getattr(BaseCommand, name, None)
+        for name in ("add_arguments", "add_base_argument", "create_parser")
     )
 
 
