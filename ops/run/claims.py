@@ -448,9 +448,9 @@ def _abandon(row: SlotClaim, proven_gone: bool) -> JobRun | None:
 
 def _ours(run: JobRun):
     """The run's claim, while the run still owns it (same run, same version)."""
-    claims = SlotClaim.objects.filter(job=run.job, slot=run.slot, run=run)
     version = getattr(run, "claim_version", None)
-    return claims if version is None else claims.filter(version=version)
+    mine = {"job": run.job, "slot": run.slot, "run_id": run.pk}  # one filter(): one clone
+    return SlotClaim.objects.filter(**mine, **({} if version is None else {"version": version}))
 
 
 def release(run: JobRun, state: str | None = None) -> int:
