@@ -72,15 +72,19 @@ def short_lock_waits():
         if connection.vendor != "sqlite":
             yield
             return
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA busy_timeout")
-            (before,) = cursor.fetchone()
-            cursor.execute(f"PRAGMA busy_timeout = {int(TRY * 1000)}")
+        # On the driver's connection: three statements a write, Django's cursors cost more
+        # than SQLite's work for them (no query of the database's, nothing to log).
+        connection.ensure_connection()
+        raw = connection.connection
+        (before,) = raw.execute("PRAGMA busy_timeout").fetchone()
+        raw.execute(f"PRAGMA busy_timeout = {int(TRY * 1000)}")
         try:
             yield
         finally:
-            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-                cursor.execute(f"PRAGMA busy_timeout = {int(before)}")
+            raw = connection.connection  # None when the block closed it: a new one waits as set
+            if raw is not None:
+                with contextlib.suppress(Exception):
+                    raw.execute(f"PRAGMA busy_timeout = {int(before)}")
     finally:
         _patient.on = False
 
