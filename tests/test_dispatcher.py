@@ -344,3 +344,21 @@ def test_a_run_job_forked_by_the_dispatcher_reuses_its_schedule_only_while_the_f
         assert crontabd.load_schedule().jobs[0].schedule == "0 4 * * *"
     finally:
         before_fork._kept = saved
+
+
+def test_the_dispatcher_compiles_the_queries_of_its_run_jobs_before_forking_without_running_one(
+    db,
+):
+    """What Django builds at a process's first query of each kind is built once in the
+    dispatcher (its warm-up) and shared by every run_job it forks; it runs no query (it opens
+    no connection: a child must never inherit one). False would mean Django's internals
+    moved: the run_jobs then build it themselves, and bench/bench_dispatch.py's figures get
+    worse."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from ops.run import dispatch
+
+    with CaptureQueriesContext(connection) as queries:
+        assert dispatch.warm_queries() is True
+    assert not queries.captured_queries

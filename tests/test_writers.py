@@ -221,6 +221,41 @@ def test_a_write_of_cronops_that_meets_another_writer_waits_its_try_instead_of_f
         connection.close()
 
 
+def test_a_write_waiting_through_several_tries_runs_again_only_once_the_lock_is_free(
+    sqlite_db, monkeypatch
+):
+    """Twenty jobs of one minute wait for each other's writes through many tries: each try
+    after the first takes SQLite's write lock and gives it back at once (BEGIN IMMEDIATE,
+    ROLLBACK) instead of running the whole write (a claim's Python, a transaction begun and
+    rolled back) to meet the lock again."""
+    writer = Writer(sqlite_db).hold()
+    probes: list[bool] = []
+    lock_free = patience._write_lock_free
+
+    def probe() -> bool:
+        if len(probes) == 3:
+            writer.release()  # after three tries that found it held
+        probes.append(lock_free())
+        return probes[-1]
+
+    monkeypatch.setattr(patience, "_write_lock_free", probe)
+    writes = []
+
+    def write() -> int:
+        writes.append(probes.copy())
+        with transaction.atomic():
+            patience.in_transaction()
+            return SlotClaim.objects.filter(job="t").update(heartbeat_at=None)
+
+    try:
+        assert patience.patiently(write, sleep=time.sleep) == 0
+    finally:
+        writer.release()
+        connection.close()
+    assert probes == [False, False, False, True]
+    assert writes == [[], probes]  # the first try, then once the lock was free
+
+
 def test_the_write_lock_is_taken_only_on_the_database_cronops_writes_to(sqlite_db, monkeypatch):
     """A project's router may keep cronops' tables in another database than the default one,
     which the claim's and the record's transactions are on: locking ops_slotclaim there failed

@@ -32,14 +32,15 @@ class Identity(Value, frozen=True):
 
 def _boot_id() -> str:
     try:
-        return (PROC / "sys/kernel/random/boot_id").read_text().strip()
+        with open(f"{PROC}/sys/kernel/random/boot_id", "rb") as file:  # no pathlib: per try
+            return file.read().decode().strip()
     except OSError:
         return ""
 
 
 def _pid_ns() -> int | None:
     try:
-        return os.stat(PROC / "self/ns/pid").st_ino
+        return os.stat(f"{PROC}/self/ns/pid").st_ino
     except OSError:
         return None
 
@@ -48,7 +49,8 @@ def _stat_fields(pid: int) -> list[bytes] | None:
     """The fields of /proc/<pid>/stat after the command name (which may hold spaces and ')'):
     [0] is the state, [19] the start time."""
     try:
-        stat = (PROC / str(pid) / "stat").read_bytes()
+        with open(f"{PROC}/{pid}/stat", "rb") as file:
+            stat = file.read()
     except OSError:
         return None
     fields = stat[stat.rindex(b")") + 2 :].split() if b")" in stat else []

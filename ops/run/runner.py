@@ -276,7 +276,8 @@ class Runner:
 
     def execute_run(self, run: JobRun, slot: Slot | None, catch_up: bool = False) -> int:
         try:
-            self.write(lambda: actions.attach(self.action, run))
+            if self.action is not None:  # started from the jobs page (a cron fire writes none)
+                self.write(lambda: actions.attach(self.action, run))
         except patience.Locked as locked:  # who started it goes unsaid; the run goes on
             say(f"job {self.plan.name}: {locked}: the run's starter is not recorded", self.stderr)
         write_header(self, run)  # --quiet: before what a failure prints (conclude)

@@ -18,6 +18,10 @@ import signal
 import threading
 import time
 
+# The C module's own functions (installed twice a run, and put back): the signal module's wrap
+# each number and handler in an enum.
+_RAW = getattr(signal, "_signal", signal)
+
 
 class Interrupted(Exception):
     """A signal ended a wait of run_job's own (a standby's), before any job ran."""
@@ -59,15 +63,15 @@ class Signals:
             return
         self._previous_wakeup = signal.set_wakeup_fd(self._wake_write, warn_on_full_buffer=False)
         for sig in self.ENDING:
-            self._previous[sig] = signal.signal(sig, self._on_signal)
-        self._previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._on_stop)
-        self._previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._on_continue)
+            self._previous[sig] = _RAW.signal(sig, self._on_signal)
+        self._previous[signal.SIGTSTP] = _RAW.signal(signal.SIGTSTP, self._on_stop)
+        self._previous[signal.SIGCONT] = _RAW.signal(signal.SIGCONT, self._on_continue)
         self._installed = True
 
     def uninstall(self) -> None:
         if self._installed:
             for sig, handler in self._previous.items():
-                signal.signal(sig, handler)  # type: ignore[arg-type]
+                _RAW.signal(sig, handler)
             with contextlib.suppress(ValueError, OSError):  # a previous fd its owner closed
                 signal.set_wakeup_fd(self._previous_wakeup)
             self._installed = False
