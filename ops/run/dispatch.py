@@ -121,7 +121,7 @@ def warm_up() -> None:
     from . import runner  # noqa: F401
 
     try:
-        Redactor.from_settings()  # its pattern, compiled once for every run_job (runner.py)
+        Redactor.from_settings().pattern()  # compiled once for every run_job that needs it
     except Exception:  # noqa: S110  (a secret it cannot take: each run_job says so itself)
         pass
     get_commands()
