@@ -116,7 +116,7 @@ def warm_up() -> None:
     import django.db.models.sql.compiler  # noqa: F401  (its first query)
     from django.core.management import get_commands
 
-    from ..management.commands.run_job import common_options_parser
+    from ..management.commands.run_job import common_options
     from ..monitors.redact import Redactor
     from . import runner  # noqa: F401
 
@@ -125,7 +125,7 @@ def warm_up() -> None:
     except Exception:  # noqa: S110  (a secret it cannot take: each run_job says so itself)
         pass
     get_commands()
-    common_options_parser(str(conf.base_dir() / "manage.py"), "run_job")
+    common_options(str(conf.base_dir() / "manage.py"), "run_job")
     # Not the jobs' own command parsers: building one imports the command's module, which is
     # the job's code (run_job imports it, in the job's own processes).
     connections["default"]  # the database backend's modules (no connection is opened)
