@@ -117,6 +117,7 @@ def warm_up() -> None:
     from django.core.management import get_commands
 
     from ..management.commands.run_job import common_options
+    from ..monitors import pings, sentry  # noqa: F401  (a run_job loads them when configured)
     from ..monitors.redact import Redactor
     from . import runner  # noqa: F401
 
