@@ -10,7 +10,6 @@ import datetime as dt
 import functools
 import itertools
 import re
-import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -46,12 +45,7 @@ FIELDS = [
     ("hour", 0, 23, {}),
     ("day of month", 1, 31, {}),
     ("month", 1, 12, {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}),
-    (
-        "day of week",
-        0,
-        7,
-        {d: i for i, d in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])},
-    ),
+    ("day of week", 0, 7, {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}),
 ]
 _ENV_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$")
 _ITEM = re.compile(r"^(\*|\w+|\w+-\w+)(?:/(\d+))?$")
@@ -266,6 +260,12 @@ def _words(text: str, maxsplit: int = 0) -> list[str]:
     return [w for w in _BLANKS.split(text.strip(" \t"), maxsplit) if w]
 
 
+def _shown(job: Job) -> str:
+    import shlex  # on error paths only (and for lines with quotes): ~0.8 M to import
+
+    return f"{job.schedule} {shlex.join(job.argv)}"
+
+
 def split_job_line(line: str) -> tuple[str, list[str]]:
     """(schedule, argv) of a job line; ValueError on unbalanced quotes or a missing command."""
     if line.startswith("@"):
@@ -292,6 +292,8 @@ def split_job_line(line: str) -> tuple[str, list[str]]:
         if not argv:
             _no_command()
         return schedule, argv
+    import shlex
+
     try:
         argv = shlex.split(rest, comments=False, posix=True)
         commented = shlex.split(rest, comments=True, posix=True)
@@ -527,7 +529,7 @@ def load_schedule(
                     job.lineno,
                     f"duplicate job name {job.name!r} (first at "
                     f"{first.path}:{first.lineno}); give one of them --name=",
-                    f"{job.schedule} {shlex.join(job.argv)}",
+                    _shown(job),
                 )
             seen[job.name] = job
         if part.mailto is not None:
@@ -543,7 +545,7 @@ def load_schedule(
         result.jobs.extend(part.jobs)
         result.files.append(str(path))
     for job, why in dependencies.problems(result.jobs):  # --after's rules: the first one
-        raise CrontabError(job.path, job.lineno, why, f"{job.schedule} {shlex.join(job.argv)}")
+        raise CrontabError(job.path, job.lineno, why, _shown(job))
     return result
 
 
