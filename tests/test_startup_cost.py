@@ -48,7 +48,7 @@ def test_another_command_imports_none_of_the_run_the_schedule_or_the_jobs_page()
     assert heavy == set(), sorted(heavy)
 
 
-def test_a_run_loads_the_monitors_slot_retry_and_after_modules_only_when_it_uses_them(
+def test_a_run_loads_the_monitors_slot_claim_retry_and_after_modules_only_when_it_uses_them(
     sqlite_project, hc
 ):
     """Issue 33: a fire pays for what it uses. The job, forked from run_job, lists what run_job
@@ -66,6 +66,7 @@ def test_a_run_loads_the_monitors_slot_retry_and_after_modules_only_when_it_uses
         "ops.run.retries",
         "ops.run.after",
         "ops.run.enqueue",
+        "ops.run.held",  # the job's process makes its HeldClaim when it asks for it
         "shlex",
     }
     plain = project.run_job("t_modules")

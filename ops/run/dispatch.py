@@ -119,7 +119,7 @@ def warm_up() -> None:
     from ..management.commands.run_job import common_options
     from ..monitors import pings, sentry  # noqa: F401  (a run_job loads them when configured)
     from ..monitors.redact import Redactor
-    from . import after, claimstep, retries, runner  # noqa: F401  (and what it loads as needed)
+    from . import after, claimstep, held, retries, runner  # noqa: F401  (and what it loads as needed)
 
     try:
         Redactor.from_settings().pattern()  # compiled once for every run_job that needs it

@@ -340,7 +340,7 @@ class Runner:
     def supervise(self, run: JobRun, slot: Slot | None, tee: Tee, watch: RunMonitors) -> Ended:
         """Fork the job (ops/run/supervisor.py) and see it to its end: its output teed, its
         heartbeat and start ping sent from here, what it left running ended."""
-        held = claims.held_claim(run)
+        held = claims.held_fields(run)  # the job makes its HeldClaim, if it asks
         before = frozenset(descendants.children_of(os.getpid()))  # not the job's: never ended
         assert self.keeper is not None
         OUTBOX.quiesce()  # the child then inherits one thread, usually (supervisor.fork_job)
