@@ -19,8 +19,9 @@ bare and with cronops adopted, and one `run_job --no-ping noop` (its own process
 forked child aside), counted by valgrind's callgrind. The count does not move with the
 machine's load (repeated counts agree within 0.3 %), where CPU time on this VM moves by ±10 %
 from one minute to the next; the goals are then ratios of counts: with_ops ≤ 1.03 of bare
-(issue 18), run_job ≤ 0.92 of bare (issue 33). PYTHONPATH, when set, reaches the project's
-commands (to count another checkout's ops than the installed one).
+(issue 18), run_job ≤ 0.92 of bare, `manage.py check` with cronops ≤ 1.06 of without
+(issue 33). PYTHONPATH, when set, reaches the project's commands (to count another
+checkout's ops than the installed one).
 With --monitors (issue 30), instead: a fire of the scheduled job `watched` (`run_job --force
 watched`, a new claim each time) with no monitor, with healthchecks.io pings, with Sentry
 check-ins and with both, to a server on 127.0.0.1 that answers 200, against a bare
@@ -146,15 +147,18 @@ def instructions(root: Path, extra_env: dict, argv: tuple[str, ...] = ("noop",))
 
 
 def count(root: Path, repeats: int = 3) -> None:
-    counts = {name: [] for name in ("bare", "with_ops", "run_job")}
+    names = ("bare", "with_ops", "run_job", "bare_check", "ops_check")
+    counts: dict[str, list[int]] = {name: [] for name in names}
     for _ in range(repeats):
         counts["bare"].append(instructions(root, PLAIN))
         counts["with_ops"].append(instructions(root, OPS))
         counts["run_job"].append(instructions(root, OPS, ("run_job", "--no-ping", "noop")))
+        counts["bare_check"].append(instructions(root, PLAIN, ("check",)))
+        counts["ops_check"].append(instructions(root, OPS, ("check",)))
     bare, with_ops = median(counts["bare"]), median(counts["with_ops"])
     print(
-        f"instructions of one `manage.py noop` (and of `run_job --no-ping noop`), median of "
-        f"{repeats} counts each (callgrind)"
+        f"instructions of one `manage.py noop` (and of `run_job --no-ping noop`, and of "
+        f"`manage.py check`), median of {repeats} counts each (callgrind)"
     )
     for name, values in counts.items():
         print(
@@ -164,6 +168,9 @@ def count(root: Path, repeats: int = 3) -> None:
     ratio = with_ops / bare
     goal("P9", f"other commands with cronops adopted, instructions {ratio:.3f} (≤ 1.03)",
          ratio <= 1.03)  # fmt: skip
+    checked = median(counts["ops_check"]) / median(counts["bare_check"])
+    goal("P9", f"manage.py check with cronops adopted, instructions {checked:.3f} (≤ 1.06)",
+         checked <= 1.06)  # fmt: skip
     fire = median(counts["run_job"]) / bare
     goal("P9", f"run_job --no-ping noop vs bare noop, instructions {fire:.3f} (≤ 0.92)",
          fire <= 0.92)  # fmt: skip

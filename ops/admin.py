@@ -8,24 +8,33 @@ scan), and the change list never counts the full history.
 """
 
 import datetime as dt
-from functools import partial, wraps
+from collections.abc import Callable
+from copy import deepcopy
+from functools import partial, update_wrapper
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.admin.options import FORMFIELD_FOR_DBFIELD_DEFAULTS
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.views.generic import RedirectView
 
 from .models import Effect, Job, JobAction, JobRun, Outcome, SlotClaim
-from .schedule.durations import human_duration
 
 # The jobs page's modules (status, crontab.d, cronsim) are imported by its views, not here:
 # Django imports every app's admin.py at start-up, for every management command.
+
+
+def human_duration(seconds: float | None) -> str:
+    from .schedule.durations import human_duration as said  # a page's, not every command's
+
+    return said(seconds)
 
 
 def _button(function: str, model_admin, request, *args, **kwargs):
@@ -50,14 +59,14 @@ def nul_in(request) -> str:
     return ""
 
 
-def nul_refused(pattern):
-    """`pattern` (a URL of an ops admin) answering 400, with one line saying where, when its
-    request holds a NUL byte; in one place for every view: the jobs page, its buttons, the
-    history's filters."""
-    view = pattern.callback
+def guarded(model_admin, view):
+    """`view` of an ops admin as its URL calls it: answering 400, with one line saying where,
+    when its request holds a NUL byte (in one place for every view: the jobs page, its buttons,
+    the history's filters), else through the site's admin_view (login, CSRF, no cache) as
+    Django's ModelAdmin.get_urls wraps its own: at the request, not when every command's URL
+    checks build the URLs."""
 
-    @wraps(view)
-    def guarded(request, *args, **kwargs):
+    def view_or_400(request, *args, **kwargs):
         where = nul_in(request)
         if where:
             return HttpResponseBadRequest(
@@ -65,10 +74,17 @@ def nul_refused(pattern):
                 "can contain.\n",
                 content_type="text/plain; charset=utf-8",
             )
-        return view(request, *args, **kwargs)
+        return model_admin.admin_site.admin_view(view)(request, *args, **kwargs)
 
-    pattern.callback = guarded
-    return pattern
+    view_or_400.model_admin = model_admin  # type: ignore[attr-defined]
+    return update_wrapper(view_or_400, view)
+
+
+def _redirect_to(pattern_name: str):
+    def redirect(request, *args, **kwargs):
+        return RedirectView.as_view(pattern_name=pattern_name)(request, *args, **kwargs)
+
+    return redirect
 
 
 class JobFilter(admin.SimpleListFilter):
@@ -87,6 +103,17 @@ class JobFilter(admin.SimpleListFilter):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    def __init__(self, model, admin_site):
+        # ModelAdmin's, without BaseModelAdmin's deep copy of Django's form-field defaults
+        # (~0.3 M instructions a ModelAdmin, at the start of every command): made at first use
+        self.model, self.opts, self.admin_site = model, model._meta, admin_site
+
+    @property
+    def formfield_overrides(self):  # type: ignore[override]
+        if "_formfield_overrides" not in self.__dict__:
+            self.__dict__["_formfield_overrides"] = deepcopy(FORMFIELD_FOR_DBFIELD_DEFAULTS)
+        return self.__dict__["_formfield_overrides"]
+
     actions = None
     # A large table: short pages, no full count, no facet counts (each would scan it all).
     list_per_page = 50
@@ -103,11 +130,27 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
     def get_urls(self):
-        return [nul_refused(pattern) for pattern in self.view_urls()]
+        """Django's ModelAdmin.get_urls, routes and names alike (tests/test_admin.py compares
+        them), each view wrapped once, by guarded()."""
+        return [path(route, guarded(self, view), name=name) for route, view, name in self.views()]
 
-    def view_urls(self):
-        """The model admin's URLs, before get_urls guards them."""
-        return super().get_urls()
+    def views(self) -> list[tuple[str, Callable, str | None]]:
+        """(route, view, URL name) of each page of this admin."""
+        info = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            ("", self.changelist_view, f"{info}_changelist"),
+            ("add/", self.add_view, f"{info}_add"),
+            ("<path:object_id>/history/", self.history_view, f"{info}_history"),
+            ("<path:object_id>/delete/", self.delete_view, f"{info}_delete"),
+            ("<path:object_id>/change/", self.change_view, f"{info}_change"),
+            # Django's too: the change page's address before Django 1.9
+            ("<path:object_id>/", _redirect_to(f"{self.admin_site.name}:{info}_change"), None),
+        ]
+
+    def check(self, **kwargs):
+        from .checkgate import static_checks  # checks of this file's code: see there
+
+        return super().check(**kwargs) if static_checks() else []
 
 
 def iso(field: str, description: str):
@@ -130,7 +173,7 @@ def iso(field: str, description: str):
 def outcome_words(value: str) -> str:
     """An outcome as the admin shows it: capitalised like Django's own labels ("Succeeded",
     "Timed out", "Taken over"), where the choices' labels mix "Succeeded" and "timed out"."""
-    return Outcome(value).label.capitalize()
+    return Outcome.labels.get(value, value).capitalize()
 
 
 class OutcomeFilter(admin.SimpleListFilter):
@@ -378,19 +421,17 @@ class JobAdmin(ReadOnlyAdmin):
     def has_view_permission(self, request, obj=None):
         return request.user.has_perm("ops.view_jobrun")
 
-    def view_urls(self):
-        view = self.admin_site.admin_view
-
-        def route(suffix: str, function: str, name: str):
-            return path(f"<str:name>/{suffix}", view(partial(_button, function, self)), name=name)
+    def views(self) -> list[tuple[str, Callable, str | None]]:
+        def button(function: str) -> Callable:
+            return partial(_button, function, self)
 
         return [
-            path("", view(self.jobs_view), name="ops_job_changelist"),
-            path("<str:name>/", view(self.job_view), name="ops_job_detail"),
-            route("pause/", "pause_view", "ops_job_pause"),
-            route("resume/", "resume_view", "ops_job_resume"),
-            route("run/", "run_view", "ops_job_run"),
-            route("actions/<int:pk>/", "action_view", "ops_job_action"),
+            ("", self.jobs_view, "ops_job_changelist"),
+            ("<str:name>/", self.job_view, "ops_job_detail"),
+            ("<str:name>/pause/", button("pause_view"), "ops_job_pause"),
+            ("<str:name>/resume/", button("resume_view"), "ops_job_resume"),
+            ("<str:name>/run/", button("run_view"), "ops_job_run"),
+            ("<str:name>/actions/<int:pk>/", button("action_view"), "ops_job_action"),
         ]
 
     def _context(self, request, title: str, **extra) -> dict:

@@ -29,7 +29,6 @@ default`; also `migrate`, which runs the checks before it migrates, so there it 
 run_job, job_status and install_crontab say so themselves.
 """
 
-import grp
 import os
 import stat
 import sys
@@ -38,13 +37,13 @@ import zoneinfo
 from pathlib import Path
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError
 
-from . import conf
+from . import checkgate, conf
 
-# Every app's checks module is imported at start-up, by every command, run_job included (which
-# runs no checks): what the checks need is imported when they run.
+# Registered by ops/checkgate.py, which imports this module only where the checks run (the
+# commands in checkgate.CHECKING): what each check needs is imported when it runs.
 
 SETTINGS_HINT = "see docs/settings.md for every cronops setting and its default"
 
@@ -69,7 +68,6 @@ def _time_zone() -> str | None:
     return name
 
 
-@register(Tags.compatibility, deploy=False)
 def check_settings(app_configs=None, **kwargs):
     messages = []
     for problem in conf.problems():
@@ -108,7 +106,6 @@ def check_settings(app_configs=None, **kwargs):
     return messages
 
 
-@register(Tags.compatibility, deploy=False)
 def check_time_zone(app_configs=None, **kwargs):
     messages = []
     if not getattr(settings, "USE_TZ", False):
@@ -143,23 +140,15 @@ def _schedule():
 
 # The commands whose system checks read crontab.d (parsing it, with each job's arguments through
 # its command's parser, costs a command ~10 ms): `check` (the deploy runs it) and `runserver`.
-# Every other command skips it; run_job, install_crontab, job_status, sync_healthchecks and
+# `migrate` and `test` skip it; run_job, install_crontab, job_status, sync_healthchecks and
 # export_schedule read crontab.d themselves and refuse a bad line.
-READS_CRONTABD = {"check", "runserver"}
+READS_CRONTABD = frozenset({"check", "runserver"})
 
 
 def _reads_crontabd() -> bool:
-    """Whether this process's command is one of READS_CRONTABD; also when it is no
-    `manage.py <command>` at all (a test's or a tool's run_checks())."""
-    argv = sys.argv
-    launcher = Path(argv[0]).name if argv else ""
-    if launcher not in ("manage.py", "django-admin", "__main__.py") or len(argv) < 2:
-        return True
-    command = next((word for word in argv[1:] if not word.startswith("-")), "")
-    return command in READS_CRONTABD
+    return checkgate.checking(READS_CRONTABD)
 
 
-@register(Tags.compatibility, deploy=False)
 def check_crontabd(app_configs=None, **kwargs):
     if not _reads_crontabd():
         return []
@@ -212,24 +201,29 @@ def check_crontabd(app_configs=None, **kwargs):
                     id="ops.W003",
                 )
             )
-        sentry = _or_none(conf.sentry_dsn)
-        from .monitors.dsn import SLUG_MAX
-
-        long = [j.name for j in schedule.jobs if len(j.name) > SLUG_MAX and not j.options.no_ping]
-        if sentry and long:
-            messages.append(
-                Warning(
-                    f"{len(long)} job name(s) longer than {SLUG_MAX} characters "
-                    f"({', '.join(n[:20] + '…' for n in long[:3])}): Sentry cuts a monitor's "
-                    f"slug to {SLUG_MAX}, so their check-ins may land on another job's monitor",
-                    hint=f"give each a --name of at most {SLUG_MAX} characters in crontab.d",
-                    id="ops.W011",
-                )
-            )
+        if _or_none(conf.sentry_dsn):
+            messages += _long_for_sentry(schedule.jobs)
     return messages
 
 
-@register(Tags.compatibility, deploy=True)
+def _long_for_sentry(jobs) -> list[CheckMessage]:
+    """ops.W011, with Sentry check-ins on: names Sentry would cut to another job's slug."""
+    from .monitors.dsn import SLUG_MAX
+
+    long = [j.name for j in jobs if len(j.name) > SLUG_MAX and not j.options.no_ping]
+    if not long:
+        return []
+    return [
+        Warning(
+            f"{len(long)} job name(s) longer than {SLUG_MAX} characters "
+            f"({', '.join(n[:20] + '…' for n in long[:3])}): Sentry cuts a monitor's "
+            f"slug to {SLUG_MAX}, so their check-ins may land on another job's monitor",
+            hint=f"give each a --name of at most {SLUG_MAX} characters in crontab.d",
+            id="ops.W011",
+        )
+    ]
+
+
 def check_pings(app_configs=None, **kwargs):
     """ops.W001, a deployment check (`check --deploy`): healthchecks.io is optional, so a
     project without it hears of it where Django users look for production warnings, not on
@@ -258,7 +252,6 @@ def check_pings(app_configs=None, **kwargs):
     ]
 
 
-@register(Tags.compatibility, deploy=False)
 def check_sentry(app_configs=None, **kwargs):
     try:
         problem = conf.sentry_problem()
@@ -276,14 +269,13 @@ def check_sentry(app_configs=None, **kwargs):
     ]
 
 
-@register(Tags.security, deploy=False)
 def check_redact_names(app_configs=None, **kwargs):
-    from .monitors.redact import unknown_names
-
     try:
-        unknown = unknown_names(settings)
+        names = conf.redact_names(settings)
     except conf.SettingError:
         return []  # E006 says it
+    # neither a setting nor an environment variable: a typo would silently protect nothing
+    unknown = [n for n in names if getattr(settings, n, None) is None and n not in os.environ]
     return [
         Warning(
             f"OPS_REDACT names {name}, which is neither a Django setting nor an environment "
@@ -295,7 +287,6 @@ def check_redact_names(app_configs=None, **kwargs):
     ]
 
 
-@register(Tags.compatibility, deploy=False)
 def check_time_zone_name(app_configs=None, **kwargs):
     from .schedule.tznames import current_name
 
@@ -333,7 +324,6 @@ def _writable_dir_problem(path: Path) -> str | None:
     return None
 
 
-@register(Tags.compatibility, deploy=False)
 def check_directories(app_configs=None, **kwargs):
     messages = []
     for setting, getter, error_id, why in (
@@ -358,7 +348,6 @@ def check_directories(app_configs=None, **kwargs):
     return messages
 
 
-@register(Tags.security, deploy=False)
 def check_env_file(app_configs=None, **kwargs):
     base = _or_none(conf.base_dir)
     if base is None:
@@ -395,12 +384,13 @@ def _root_owned_for_us(info: os.stat_result) -> bool:
 
 def _group_name(gid: int) -> str:
     try:
+        import grp  # only for a .env readable by its group
+
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
 
 
-@register(Tags.database)
 def check_migrations(app_configs=None, databases=None, **kwargs):
     """ops.E012: cronops' migrations not applied to a database it migrates into. A database
     check (Tags.database): Django runs it only for `check --database <alias>` (and `migrate`,

@@ -44,7 +44,8 @@ class Unreadable(str):
     its directory) but cannot be read."""
 
 
-_NAME = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*=")
+# compiled at its first use (re caches it): a line python-dotenv cannot parse is rare
+_NAME = r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*="
 
 
 def load_env(path: str | os.PathLike[str]) -> bool:
@@ -83,7 +84,7 @@ def load_env(path: str | os.PathLike[str]) -> bool:
     values: dict[str, str] = {}
     for binding in parse_stream(io.StringIO(text)):
         if binding.error:
-            found = _NAME.match(binding.original.string)
+            found = re.match(_NAME, binding.original.string)
             what = f"{found.group(1)} was not loaded" if found else "that line was not loaded"
             problems.append(
                 f"{path}:{binding.original.line}: python-dotenv cannot parse it (an "

@@ -1,35 +1,64 @@
 from django.db import models
 
+from .checkgate import model_check
+
 SLOT_KEY_LENGTH = 32  # "2026-10-25 02:30+02:00" is 22; an offset with seconds adds 3
 
 
-class Outcome(models.TextChoices):
+class Outcome:
+    """A run's (and a claim's) outcome. Plain strings, not a TextChoices: an enum class costs
+    every command of the project ~1 M instructions to build (bench/RESULTS.md, P9)."""
+
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-    TIMED_OUT = "timed_out", "timed out"
+    TIMED_OUT = "timed_out"
     TERMINATED = "terminated"
     ABANDONED = "abandoned"
     SKIPPED = "skipped"
     # This run lost its claim while frozen or cut off from the database, and another run took
     # the slot over: the slot's outcome is that run's, never this one's (docs/several-servers.md).
-    TAKEN_OVER = "taken_over", "taken over"
+    TAKEN_OVER = "taken_over"
     # --after (ops/run/after.py): an upstream job had not succeeded for the slot's date within
     # --after-wait (the next fire runs the slot), or it failed for that date (not run).
     WAITING = "waiting"
     BLOCKED = "blocked"
 
+    choices = [
+        (RUNNING, "Running"),
+        (SUCCEEDED, "Succeeded"),
+        (FAILED, "Failed"),
+        (TIMED_OUT, "timed out"),
+        (TERMINATED, "Terminated"),
+        (ABANDONED, "Abandoned"),
+        (SKIPPED, "Skipped"),
+        (TAKEN_OVER, "taken over"),
+        (WAITING, "Waiting"),
+        (BLOCKED, "Blocked"),
+    ]
+    values = [value for value, _ in choices]
+    labels = dict(choices)
 
-class Trigger(models.TextChoices):
+
+class Trigger:
     """How a run was started (ops/run/origin.py): what run_job found at its start, except for
     an attempt after the first (--retries) and an earlier slot run by --catch-up."""
 
-    CRON = "cron", "cron"
-    TERMINAL = "terminal", "by hand, at a terminal"
-    HAND = "hand", "by hand, no terminal"
-    PAGE = "page", "the Jobs page"
-    RETRY = "retry", "retry (--retries)"
-    CATCH_UP = "catch_up", "catch-up (--catch-up)"
+    CRON = "cron"
+    TERMINAL = "terminal"
+    HAND = "hand"
+    PAGE = "page"
+    RETRY = "retry"
+    CATCH_UP = "catch_up"
+
+    choices = [
+        (CRON, "cron"),
+        (TERMINAL, "by hand, at a terminal"),
+        (HAND, "by hand, no terminal"),
+        (PAGE, "the Jobs page"),
+        (RETRY, "retry (--retries)"),
+        (CATCH_UP, "catch-up (--catch-up)"),
+    ]
 
 
 WHO_CHARS = 18  # of a user's name in started_how
@@ -78,6 +107,8 @@ class JobRun(models.Model):
     claim_version: int
     claim_was: str | None  # the claim's state before this run took it (None: a new claim)
     kind: str
+
+    check = classmethod(model_check)  # under ops/checkgate.py's commands only
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -157,6 +188,8 @@ class SlotClaim(models.Model):
         null=True, blank=True, help_text="the holder's heartbeat interval, seconds"
     )
 
+    check = classmethod(model_check)  # under ops/checkgate.py's commands only
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["job", "slot"], name="ops_claim_one_per_slot"),
@@ -186,6 +219,8 @@ class Effect(models.Model):
     run_id = models.BigIntegerField(null=True, blank=True)
     version = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField()
+
+    check = classmethod(model_check)  # under ops/checkgate.py's commands only
 
     class Meta:
         constraints = [
@@ -232,6 +267,8 @@ class JobPause(models.Model):
     check_manual_resume = models.BooleanField(null=True, blank=True)
     check_note = models.CharField(max_length=300, blank=True, default="")
 
+    check = classmethod(model_check)  # under ops/checkgate.py's commands only
+
     class Meta:
         ordering = ["-since", "-id"]
         indexes = [models.Index(fields=["job", "-since"], name="ops_pause_job_since")]
@@ -250,11 +287,18 @@ class JobPause(models.Model):
 class JobAction(models.Model):
     """The audit trail: every pause, resume, run now and run again, by whom and when."""
 
-    class Kind(models.TextChoices):
-        PAUSE = "pause", "pause"
-        RESUME = "resume", "resume"
-        RUN_NOW = "run_now", "run now"
-        RUN_AGAIN = "run_again", "run again"
+    class Kind:
+        PAUSE = "pause"
+        RESUME = "resume"
+        RUN_NOW = "run_now"
+        RUN_AGAIN = "run_again"
+
+        choices = [
+            (PAUSE, "pause"),
+            (RESUME, "resume"),
+            (RUN_NOW, "run now"),
+            (RUN_AGAIN, "run again"),
+        ]
 
     at = models.DateTimeField()
     job = models.CharField(max_length=100)
@@ -268,6 +312,8 @@ class JobAction(models.Model):
     run = models.ForeignKey(
         JobRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+
+    check = classmethod(model_check)  # under ops/checkgate.py's commands only
 
     class Meta:
         ordering = ["-at", "-id"]

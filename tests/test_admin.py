@@ -240,3 +240,34 @@ def test_the_history_shows_a_slot_in_time_zone_as_the_admin_shows_times(settings
 
     settings.TIME_ZONE = "Europe/Berlin"
     assert local_slot(key, at) == shown
+
+
+def test_a_read_only_admin_is_set_up_as_djangos_model_admin_is():
+    """ReadOnlyAdmin skips BaseModelAdmin.__init__'s deep copy of the form-field defaults (a
+    start-up cost of every command, bench/RESULTS.md P9): what Django's __init__ sets must all
+    be there (a newer Django setting more fails here)."""
+    from django.contrib.admin import ModelAdmin, site
+
+    from ops.admin import ReadOnlyAdmin
+
+    ours, djangos = ReadOnlyAdmin(JobRun, site), ModelAdmin(JobRun, site)
+    assert ours.formfield_overrides == djangos.formfield_overrides
+    assert ours.formfield_overrides is ours.formfield_overrides  # made once
+    assert set(vars(ours)) - {"_formfield_overrides"} == set(vars(djangos)) - {
+        "formfield_overrides"
+    }
+
+
+def test_a_read_only_admins_urls_are_djangos_routes_and_names():
+    """ReadOnlyAdmin builds Django's ModelAdmin URL list itself (one wrapper a view, made at
+    the request): the same routes and names, so a newer Django's change shows here."""
+    from django.contrib.admin import ModelAdmin, site
+
+    from ops.admin import ReadOnlyAdmin
+
+    def shape(urls):
+        return [(str(u.pattern), u.name) for u in urls]
+
+    assert shape(ReadOnlyAdmin(JobRun, site).get_urls()) == shape(
+        ModelAdmin(JobRun, site).get_urls()
+    )

@@ -170,3 +170,24 @@ def test_a_schedules_words_read_without_their_patterns_read_as_the_patterns_woul
     match = re.match(crontabd._ITEM, word)
     assert crontabd._item(word) == (match.groups() if match else None)
     assert crontabd._looks_like_a_field(word) == bool(re.match(r"^[\d*?][\d*/,\-?LW#~]*$", word))
+
+
+def test_a_command_is_refused_what_its_parser_refuses_with_or_without_arguments_of_its_own(
+    tmp_path,
+):
+    """clearsessions declares no argument (no parser is built for its bare line: ops/run/
+    commandargs.py's takes_no_arguments); sqlmigrate requires two."""
+    directory = tmp_path / "crontab.d"
+    directory.mkdir()
+    line = directory / "10-jobs.cron"
+    line.write_text("@daily clearsessions\n@daily --name=loud clearsessions --verbosity=2\n")
+    assert len(load_schedule(directory, get_commands(), check_args=True).jobs) == 2
+    for text, refusal in [
+        ("@daily clearsessions now\n", "unrecognized arguments: now"),
+        ("@daily sqlmigrate\n", "the following arguments are required: app_label"),
+    ]:
+        line.write_text(text)
+        with pytest.raises(CrontabError) as caught:
+            load_schedule(directory, get_commands(), check_args=True)
+        assert str(caught.value).startswith(f"{line}:1: ")
+        assert refusal in str(caught.value)

@@ -88,16 +88,6 @@ def _strings(value, depth: int = 0) -> list[str]:
     return []
 
 
-def unknown_names(settings) -> list[str]:
-    """The names in OPS_REDACT that are neither a setting nor an environment variable (a typo
-    would silently protect nothing)."""
-    return [
-        name
-        for name in conf.redact_names(settings)
-        if getattr(settings, name, None) is None and name not in os.environ
-    ]
-
-
 def _forms(value: str) -> set[bytes]:
     forms = {
         value,

@@ -13,7 +13,6 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..monitors.redact import redacted
 from ..run.commandargs import ArgsChecker
 from ..values import Value, field
 from . import before_fork, dependencies
@@ -89,6 +88,8 @@ class CrontabError(ValueError):
         # checks: made here, once, with no credential in them. A --ping value is one (a check
         # UUID or a URL with the ping key); so is any known secret, wherever it stands.
         shown = re.sub(_PING_VALUE, r"\1<hidden>", re.sub(_CONTROL, "?", text.strip()))
+        from ..monitors.redact import redacted  # an error's path: not every parse's import
+
         super().__init__(redacted(f"{where}: {message}" + (f" (in: {shown})" if shown else "")))
 
 

@@ -14,8 +14,6 @@ import calendar
 import functools
 from typing import TYPE_CHECKING
 
-from .slots import once_a_day
-
 if TYPE_CHECKING:
     from .crontabd import Job
 
@@ -70,6 +68,8 @@ def _lines_up(job: "Job", upstream: "Job") -> str:
     if mine is None or theirs is None:
         which = job if mine is None else upstream
         return f"--after {upstream.name}: @reboot job {which.name!r} has no logical dates"
+    from .slots import once_a_day  # with an --after only: the slot maths' import
+
     if not once_a_day(theirs):
         return (
             f"--after {upstream.name}: its schedule `{upstream.schedule}` runs several times a "

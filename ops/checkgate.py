@@ -1,0 +1,105 @@
+"""Which commands run cronops' system checks, and Django's checks of its models and admin.
+
+Django runs the system checks before most commands of a project. cronops' (ops/checks.py) and
+Django's checks of cronops' six models and five ModelAdmins cost every one of them ~2 % of a
+start (bench/RESULTS.md, P9), for problems of a deploy and a developer, not of `manage.py
+clearsessions`: cronops' checks run under the commands in CHECKING, and wherever the checks are
+asked for outside a management command (a script's or a test's `run_checks()`); Django's checks
+of cronops' own code, as model_check and static_checks() say. Everything else hears of a broken
+cronops setting from the cronops command that uses it (run_job, install_crontab).
+"""
+
+import sys
+import types
+from pathlib import Path
+
+from django.core.checks import Tags, register
+
+CHECKING = frozenset({"check", "runserver", "migrate", "test"})
+# Where BaseCommand's code runs: `execute`, and runserver's `inner_run` (its own thread under
+# the autoreloader, where the checks run)
+_COMMAND_FRAMES = frozenset({"execute", "inner_run"})
+
+
+def command() -> str | None:
+    """The management command the checks run under: the innermost on this thread's stack
+    (call_command("check") inside another command is `check`), else manage.py's (or
+    django-admin's) command word; None for neither (a script, a test)."""
+    from django.core.management.base import BaseCommand
+
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in _COMMAND_FRAMES:
+            running = frame.f_locals.get("self")
+            if isinstance(running, BaseCommand):
+                # A subclass keeps its module's name: staticfiles' runserver is `runserver`
+                return type(running).__module__.rpartition(".")[2]
+        frame = frame.f_back
+    argv = sys.argv
+    launcher = Path(argv[0]).parts[-2:] if argv else ()
+    if not launcher or len(argv) < 2:
+        return None
+    if launcher[-1] not in ("manage.py", "django-admin") and launcher != ("django", "__main__.py"):
+        return None  # python -m pytest's __main__.py is not `python -m django`'s
+    return next((word for word in argv[1:] if not word.startswith("-")), "")
+
+
+def checking(commands: frozenset[str] = CHECKING) -> bool:
+    """Whether the checks running now are ones cronops' checks serve."""
+    name = command()
+    return name is None or name in commands
+
+
+def static_checks() -> bool:
+    """Whether to run checks of cronops' own code that no setting, database or crontab.d can
+    change (Django's checks of its ModelAdmins and the database-free checks of its models):
+    outside a management command only, where cronops' test suite asks for them
+    (tests/test_checkgate.py); a project's commands, `check` included, would only pay for them."""
+    return command() is None
+
+
+def model_check(cls, /, **kwargs):
+    """Django's checks of one of cronops' models (`check = classmethod(model_check)`): those
+    that depend on a database (a partial unique constraint on MySQL) when given one (`check
+    --database`, `migrate`, `test`), the rest under static_checks()."""
+    from django.db.models import Model
+
+    if kwargs.get("databases") or static_checks():
+        return Model.check.__func__(cls, **kwargs)  # type: ignore[attr-defined]
+    return []
+
+
+# ops/checks.py's checks, by name: registered here, so that a command outside CHECKING neither
+# runs them nor imports their module (with what it imports: ~2 M instructions)
+CHECKS: tuple[tuple[str, str, bool], ...] = (
+    ("check_settings", Tags.compatibility, False),
+    ("check_time_zone", Tags.compatibility, False),
+    ("check_crontabd", Tags.compatibility, False),
+    ("check_pings", Tags.compatibility, True),
+    ("check_sentry", Tags.compatibility, False),
+    ("check_redact_names", Tags.security, False),
+    ("check_time_zone_name", Tags.compatibility, False),
+    ("check_directories", Tags.compatibility, False),
+    ("check_env_file", Tags.security, False),
+    ("check_migrations", Tags.database, False),
+)
+
+
+def _gated(name: str):
+    def check(app_configs=None, **kwargs):
+        if not checking():
+            return []
+        from . import checks
+
+        return getattr(checks, name)(app_configs=app_configs, **kwargs)
+
+    check.__name__ = check.__qualname__ = name
+    return check
+
+
+_GATED = [(_gated(name), tag, deploy) for name, tag, deploy in CHECKS]
+
+
+def register_checks() -> None:
+    for check, tag, deploy in _GATED:  # the same functions each time: registered once
+        register(check, tag, deploy=deploy)

@@ -1,0 +1,149 @@
+"""Which commands run cronops' system checks (ops/checkgate.py): `check`, `runserver`, `migrate`
+and `test`, and a script's or a test's run_checks(); not the project's other commands, which
+would pay for them on every start (bench/RESULTS.md, P9)."""
+
+import threading
+
+import pytest
+from django.contrib.admin import AdminSite, site
+from django.core.checks import run_checks
+from django.core.management.base import BaseCommand
+from django.db import models
+from django.test.utils import isolate_apps
+
+from ops import checkgate
+from ops.admin import ReadOnlyAdmin
+from ops.checkgate import model_check
+from ops.models import Effect, Job, JobAction, JobPause, JobRun, SlotClaim
+
+BROKEN = {"OPS_HEARTBEAT_SECONDS": "soon"}  # ops.E006
+
+
+@pytest.mark.process
+def test_a_broken_cronops_setting_stops_check_and_migrate_but_not_another_command(
+    sqlite_project,
+):
+    checked = sqlite_project.manage("check", env=BROKEN)
+    assert checked.returncode == 1
+    assert "(ops.E006) OPS_HEARTBEAT_SECONDS" in checked.stderr
+    migrated = sqlite_project.manage("migrate", "--plan", env=BROKEN)
+    assert migrated.returncode == 1
+    assert "(ops.E006)" in migrated.stderr
+    # showmigrations runs the system checks (Django's default), but not cronops'
+    other = sqlite_project.manage("showmigrations", "ops", env=BROKEN)
+    assert other.returncode == 0, other.stderr
+    assert "ops.E006" not in other.stderr
+    assert "[X] 0001_initial" in other.stdout
+
+
+@pytest.mark.process
+def test_call_command_check_inside_another_command_runs_cronops_checks(sqlite_project):
+    script = "from django.core.management import call_command; call_command('check')"
+    result = sqlite_project.manage("shell", "-c", script, env=BROKEN)
+    assert result.returncode == 1
+    assert "(ops.E006) OPS_HEARTBEAT_SECONDS" in result.stderr
+
+
+class Check(BaseCommand):
+    """A command whose module's last name is `check`, as Django's own (or a subclass of it)."""
+
+
+Check.__module__ = "someapp.management.commands.check"
+
+
+class Other(BaseCommand):
+    pass
+
+
+Other.__module__ = "someapp.management.commands.clearsessions"
+
+
+def test_the_command_is_the_innermost_one_running_on_this_thread():
+    seen = []
+
+    def handle_other(self, *args, **options):
+        seen.append(checkgate.command())
+        Check().execute(skip_checks=True, no_color=True, force_color=False)
+
+    def handle_check(self, *args, **options):
+        seen.append(checkgate.command())
+
+    Other.handle = handle_other
+    Check.handle = handle_check
+    Other().execute(skip_checks=True, no_color=True, force_color=False)
+    assert seen == ["clearsessions", "check"]
+
+
+def test_outside_any_command_the_command_line_decides(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["/srv/app/manage.py", "--verbosity=2", "clearsessions"])
+    assert checkgate.command() == "clearsessions"
+    assert not checkgate.checking()
+    monkeypatch.setattr("sys.argv", ["manage.py", "runserver", "0:8000"])
+    assert checkgate.checking()
+    monkeypatch.setattr("sys.argv", ["django-admin", "check", "--deploy"])
+    assert checkgate.checking()
+    site_packages = "/venv/lib/python3.11/site-packages"
+    monkeypatch.setattr("sys.argv", [f"{site_packages}/django/__main__.py", "check"])
+    assert checkgate.command() == "check"  # python -m django check
+    monkeypatch.setattr("sys.argv", [f"{site_packages}/pytest/__main__.py", "x"])
+    assert checkgate.command() is None  # python -m pytest
+    monkeypatch.setattr("sys.argv", ["/usr/bin/some-script"])
+    assert checkgate.command() is None
+    assert checkgate.checking()
+
+
+def test_runservers_checks_on_their_own_thread_are_runservers(monkeypatch):
+    """The autoreloader runs runserver's inner_run, which runs the checks, on a thread of its
+    own: its stack holds inner_run, not execute."""
+
+    class Runserver(BaseCommand):
+        def inner_run(self):
+            seen.append(checkgate.command())
+
+    Runserver.__module__ = "django.contrib.staticfiles.management.commands.runserver"
+    monkeypatch.setattr("sys.argv", ["/usr/bin/some-script"])
+    seen: list[str | None] = []
+    thread = threading.Thread(target=Runserver().inner_run)
+    thread.start()
+    thread.join()
+    assert seen == ["runserver"]
+
+
+@pytest.mark.django_db
+def test_djangos_checks_of_cronops_models_and_admin_find_nothing():
+    """What the project's commands skip (checks of cronops' own code) is asked here, where no
+    command runs, with and without the database."""
+    for model in (JobRun, SlotClaim, Effect, Job, JobPause, JobAction):
+        assert model.check() == []
+        assert model.check(databases=["default"]) == []
+    ours = [a for m, a in site._registry.items() if m._meta.app_label == "ops"]
+    assert len(ours) == 5
+    assert [a.check() for a in ours] == [[]] * 5
+    assert [m for m in run_checks() if m.id and m.id.startswith(("admin.", "models."))] == []
+
+
+@isolate_apps("ops")
+def test_a_fault_in_cronops_own_code_is_found_by_its_tests_and_costs_no_command(monkeypatch):
+    """Checks of cronops' models and admin find what Django's find (here in a broken copy)
+    where cronops' test suite asks, and run under no command of the project."""
+
+    class Broken(models.Model):
+        amount = models.DecimalField()  # fields.E130, E132: no decimal_places, max_digits
+        check = classmethod(model_check)
+
+        class Meta:
+            app_label = "ops"
+
+        def __str__(self) -> str:
+            return str(self.amount)
+
+    class BrokenAdmin(ReadOnlyAdmin):
+        list_display = ["no_such_field"]  # admin.E108
+
+    assert [m.id for m in Broken.check()] == ["fields.E130", "fields.E132"]
+    assert [m.id for m in BrokenAdmin(Broken, AdminSite()).check()] == ["admin.E108"]
+    monkeypatch.setattr("sys.argv", ["manage.py", "check"])  # also under `check` itself
+    assert Broken.check() == []
+    assert BrokenAdmin(Broken, AdminSite()).check() == []
+    # but a database's own rules are checked when `check --database` (or migrate) asks
+    assert [m.id for m in Broken.check(databases=["default"])] == ["fields.E130", "fields.E132"]
