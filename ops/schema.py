@@ -30,6 +30,15 @@ def migrate_command(alias: str) -> str:
     return "manage.py migrate" if alias == "default" else f"manage.py migrate --database={alias}"
 
 
+def quoted(connection, model, *fields: str) -> list[str]:
+    """`model`'s table, then the columns of `fields`, quoted for `connection`: the names of a
+    statement written out (a question every fire asks, where the ORM costs ~3 M instructions
+    a query)."""
+    q, meta = connection.ops.quote_name, model._meta
+    columns = [meta.pk.column if f == "pk" else meta.get_field(f).column for f in fields]
+    return [q(meta.db_table), *(q(column) for column in columns)]
+
+
 def ops_alias() -> str:
     """The database cronops' runs write to (a project's router may put them elsewhere)."""
     from django.db import router

@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 from django.core.management import get_commands
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from ops.schedule.crontabd import CrontabError, load_schedule, parse_text, validate_schedule
 
@@ -155,6 +158,18 @@ def test_an_error_quoting_a_long_secret_shows_no_part_of_it(settings, option):
     message = str(error.value)
     assert settings.SECRET_KEY[:20] not in message, message
     assert "<redacted SECRET_KEY>" in message
+
+
+@hsettings(max_examples=500, deadline=None)
+@given(st.text(alphabet="*/-,0123456789aLW#?~ \t٣", max_size=8))
+def test_a_schedules_words_read_without_their_patterns_read_as_the_patterns_would(word):
+    """Issue 33: the common items (`*`, `N`, `*/S`) and words that cannot be a field are read
+    without compiling the patterns; the answer is the patterns' own."""
+    from ops.schedule import crontabd
+
+    match = re.match(crontabd._ITEM, word)
+    assert crontabd._item(word) == (match.groups() if match else None)
+    assert crontabd._looks_like_a_field(word) == bool(re.match(r"^[\d*?][\d*/,\-?LW#~]*$", word))
 
 
 def test_a_command_is_refused_what_its_parser_refuses_with_or_without_arguments_of_its_own(

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from commands.models import Subscription
 from ops import once
+from ops.claims import HeldClaim
 from ops.models import Effect, JobRun
 from ops.run import claims, runner
 from ops.run.once import OutsideRun
@@ -27,7 +28,7 @@ from .conftest import REPO
 @pytest.fixture
 def held():
     """This process as a job run_job started: the claim of job "t", slot "2026-11-29"."""
-    claim = claims.HeldClaim(job="t", slot="2026-11-29", version=1, run_id=7)
+    claim = HeldClaim(job="t", slot="2026-11-29", version=1, run_id=7)
     claims.enter(claim)
     yield claim
     claims.enter(None)
@@ -43,10 +44,10 @@ def test_once_is_true_for_the_first_run_of_a_slot_and_false_for_every_redo(held)
         Subscription.objects.create(customer="still usable", price=1)
     with transaction.atomic():
         assert once("charge 1") is False
-    claims.enter(claims.HeldClaim(job="t", slot="2026-11-30", version=1, run_id=8))
+    claims.enter(HeldClaim(job="t", slot="2026-11-30", version=1, run_id=8))
     with transaction.atomic():
         assert once("charge 1") is True  # another slot: its own effects
-    claims.enter(claims.HeldClaim(job="other", slot="2026-11-29", version=1, run_id=9))
+    claims.enter(HeldClaim(job="other", slot="2026-11-29", version=1, run_id=9))
     with transaction.atomic():
         assert once("charge 1") is True  # another job
     assert Subscription.objects.filter(customer="still usable").count() == 1
@@ -69,7 +70,7 @@ def test_a_clash_that_is_not_the_mark_is_raised_and_never_taken_for_done(held):
         with connection.cursor() as cursor:
             cursor.execute("SELECT setval(pg_get_serial_sequence('ops_effect', 'id'), 49)")
     else:  # SQLite's AUTOINCREMENT never reuses an id: break the version's CHECK instead
-        claims.enter(claims.HeldClaim(job="t", slot="2026-11-29", version=-1, run_id=7))
+        claims.enter(HeldClaim(job="t", slot="2026-11-29", version=-1, run_id=7))
     with pytest.raises(IntegrityError), transaction.atomic():
         once("a new effect")
     assert not Effect.objects.filter(key="a new effect").exists()
@@ -153,6 +154,7 @@ from django.conf import settings
 from django.db import transaction
 from commands.models import Subscription
 from ops import once
+from ops.claims import HeldClaim
 for who in ("ann", "bob"):
     with transaction.atomic():
         if once(f"pay {who}"):

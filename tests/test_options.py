@@ -245,7 +245,25 @@ COMMON = {
     ],
 )
 def test_djangos_common_options_come_out_of_the_words_before_the_command_name(argv, runner, django):
-    assert split_common_options(argv, COMMON) == (runner, django)
+    assert split_common_options(argv, lambda: COMMON) == (runner, django)
+
+
+def test_the_runners_options_and_djangos_common_options_never_meet():
+    """split_common_options asks for Django's options only for a word that is no runner option:
+    right only while the two sets are apart and no runner option is a short one (`-v2`)."""
+    from ops.schedule.options import _parser
+
+    runner = {option for action in _parser()._actions for option in action.option_strings}
+    assert runner and not runner & set(COMMON)
+    assert all(option.startswith("--") for option in runner)
+
+
+def test_djangos_parser_is_not_built_for_a_cron_lines_runner_options():
+    def common() -> dict[str, bool]:
+        raise AssertionError("Django's common options were asked for")
+
+    argv = ["--timeout=1h", "--no-ping", "--name", "n", "job", "-v", "2"]
+    assert split_common_options(argv, common) == (argv, [])
 
 
 def test_standby_alone_never_takes_the_command_for_its_bound():
@@ -283,7 +301,7 @@ def test_the_command_line_overrides_the_declared_standby_either_way():
 
 
 def test_a_bare_standby_takes_no_word_from_djangos_common_options():
-    assert split_common_options(["--standby", "-v", "2", "job"], COMMON) == (
+    assert split_common_options(["--standby", "-v", "2", "job"], lambda: COMMON) == (
         ["--standby", "job"],
         ["-v", "2"],
     )

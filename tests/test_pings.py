@@ -12,6 +12,9 @@ import socket
 import subprocess
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from werkzeug import Response
 
 from ops.monitors.redact import Redactor, known_secrets
@@ -538,6 +541,50 @@ def test_a_passphrase_wrapped_over_lines_is_redacted_whole():
         assert "<redacted SECRET_KEY>" in out, out
         for word in ("horse", "staple", "2026 yes"):
             assert word not in out, out
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "correct horse",
+                "battery staple",
+                "correct",
+                " ",
+                "\n  ",
+                "\t",
+                "x",
+                "p%40ss",
+                "p@ss/word",
+                "p@ss",
+                "word",
+                "\\",
+            ]
+        ),
+        max_size=12,
+    )
+)
+def test_the_pattern_is_only_skipped_where_it_could_not_match(pieces):
+    """A Redactor compiles its pattern only for text holding a form's first word: the answer is
+    the pattern's own either way."""
+    redactor = Redactor({"PHRASE": "correct horse battery staple", "P": "p@ss/word"})
+    data = "".join(pieces).encode()
+    pattern = redactor.pattern()
+    assert pattern is not None
+    expected = pattern.sub(lambda m: redactor._name(m.group()), data)
+    assert redactor.bytes(data) == expected
+
+
+def test_text_without_a_secrets_first_word_compiles_no_pattern():
+    from ops.monitors import redact
+
+    redact._compiled.cache_clear()
+    redactor = Redactor({"SECRET_KEY": "django-insecure-0123456789abcdef"})
+    assert redactor.text("noop --x=1") == "noop --x=1"
+    assert redact._compiled.cache_info().currsize == 0
+    assert redactor.text("key django-insecure-0123456789abcdef") == "key <redacted SECRET_KEY>"
+    assert redact._compiled.cache_info().currsize == 1
 
 
 def test_a_secret_passed_as_an_argument_is_not_kept_in_the_history(sqlite_project, hc):

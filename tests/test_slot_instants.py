@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import time_machine
 
+from ops.claims import HeldClaim
 from ops.models import JobRun, Outcome, SlotClaim
 from ops.run import claims, process, runner
 from ops.schedule import slots
@@ -252,7 +253,7 @@ def fenced_claim():
         "t", slot, host="host-a", pid=4242, now=start, stale_after=90.0, force=False,
         command="t", identity=another_machine(), heartbeat=30.0,
     )  # fmt: skip
-    fence = claims.HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
+    fence = HeldClaim(job="t", slot=slot.key, version=held.version, run_id=held.run.pk)
     return slot, start, held, fence
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .conftest import REPO, base_env
+from .conftest import PING_KEY, REPO, base_env
 
 PROBE = """
 import json, sys
@@ -46,3 +46,36 @@ def test_another_command_imports_none_of_the_run_the_schedule_or_the_jobs_page()
         if m != "ops.monitors.redact"  # OPS_REDACT's names are a check (ops.W006): small
     }
     assert heavy == set(), sorted(heavy)
+
+
+def test_a_run_loads_the_monitors_slot_claim_retry_and_after_modules_only_when_it_uses_them(
+    sqlite_project, hc
+):
+    """Issue 33: a fire pays for what it uses. The job, forked from run_job, lists what run_job
+    had imported by then."""
+    project = sqlite_project
+    project.add_command(
+        "t_modules",
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('ops.') or m == 'shlex')))",
+    )
+    optional = {
+        "ops.monitors.pings",
+        "ops.monitors.sentry",
+        "ops.monitors.dsn",
+        "ops.run.claimstep",
+        "ops.run.retries",
+        "ops.run.after",
+        "ops.run.enqueue",
+        "ops.run.held",  # the job's process makes its HeldClaim when it asks for it
+        "shlex",
+    }
+    plain = project.run_job("t_modules")
+    assert plain.returncode == 0, plain.stderr
+    assert set(plain.stdout.split()) & optional == set()
+
+    project.write_env(HEALTHCHECKS_PING_URL=hc.ping_url, HEALTHCHECKS_PING_KEY=PING_KEY)
+    project.write_cron("t.cron", "0 3 * * * --retries=1 t_modules\n")
+    declared = project.run_job("--logical-date=2026-01-01", "t_modules")
+    assert declared.returncode == 0, declared.stderr
+    loaded = set(declared.stdout.split()) & optional
+    assert loaded == {"ops.monitors.pings", "ops.run.claimstep", "ops.run.retries"}

@@ -330,6 +330,8 @@ def at_fire(runner, now: dt.datetime) -> int | None:
     from django.conf import settings
 
     name = runner.plan.name
+    if not _held(name):
+        return None
     row = (
         JobPause.objects.filter(job=name)
         .filter(Q(ended_at__isnull=True) | Q(check_paused=True))
@@ -362,6 +364,25 @@ def at_fire(runner, now: dt.datetime) -> int | None:
             stream = runner.stdout if result.ok else runner.stderr
             say(f"job {name}: healthchecks.io: {result.note}", stream)
     return None
+
+
+def _held(name: str) -> bool:
+    """Whether job `name` has a pause that is open or still holds its check paused: the question
+    of every fire, asked in one written statement (~0.3 M instructions; the ORM's query for the
+    row, ~3.5 M, only when there is one)."""
+    from django.db import connections, router
+
+    from ..schema import quoted
+
+    connection = connections[router.db_for_read(JobPause)]
+    table, job, ended, check = quoted(connection, JobPause, "job", "ended_at", "check_paused")
+    sql = (
+        f"SELECT 1 FROM {table} WHERE {job} = %s AND ({ended} IS NULL OR {check} = %s) "  # noqa: S608
+        "LIMIT 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [name, True])
+        return cursor.fetchone() is not None
 
 
 def _refuse(runner, pause: JobPause, now: dt.datetime, tz: ZoneInfo, write: "Write") -> int:

@@ -10,10 +10,12 @@ one budget whatever the members' servers do. Nothing here raises or changes an e
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from ..values import Value
-from .pings import PingConfig, Pinger
-from .sentry import CheckIns, SentryConfig, monitor_config
+
+if TYPE_CHECKING:
+    from .dsn import Dsn
 
 JOIN_MARGIN = 0.5  # seconds past the deadline a member is waited for (its own cut-off)
 
@@ -62,6 +64,47 @@ class RunMonitors:
         return any(done)
 
 
+class PingConfig(Value, frozen=True):
+    """healthchecks.io's settings (ops/monitors/pings.py sends the pings)."""
+
+    base_url: str
+    ping_key: str = ""
+    auto_create: bool = False
+    budget: float = 10.0
+
+    @classmethod
+    def from_settings(cls) -> "PingConfig":
+        from .. import conf
+
+        return cls(
+            base_url=conf.ping_url(),
+            ping_key=conf.ping_key(),
+            auto_create=conf.auto_create(),
+            budget=conf.ping_budget_seconds(),
+        )
+
+
+class SentryConfig(Value, frozen=True):
+    """Sentry's settings (ops/monitors/sentry.py sends the check-ins)."""
+
+    dsn: "Dsn | None"
+    environment: str = ""
+    budget: float = 10.0
+
+    @classmethod
+    def from_settings(cls) -> "SentryConfig":
+        from .. import conf
+
+        value = conf.sentry_dsn()
+        if value:
+            from .dsn import parse_dsn
+        return cls(
+            dsn=parse_dsn(value) if value else None,
+            environment=conf.sentry_environment(),
+            budget=conf.ping_budget_seconds(),
+        )
+
+
 class Configs(Value, frozen=True):
     """The members' settings, read (and so checked) once, before anything is claimed."""
 
@@ -87,10 +130,19 @@ def for_run(
     its --ping and --no-ping (which keeps the run from both members)."""
     rid = str(uuid.uuid4())
     on = enabled and not no_ping
-    pinger = Pinger(configs.pings, name, override=ping, enabled=on, rid=rid)
+    # A member is made only when it has somewhere to send (a ping key or --ping; a DSN), and
+    # its module imported only then: a run with neither (or --no-ping) loads neither.
+    members: list = []
+    if on and (ping or configs.pings.ping_key):
+        from .pings import Pinger
+
+        members.append(Pinger(configs.pings, name, override=ping, enabled=on, rid=rid))
     sentry = configs.sentry
-    monitor = monitor_config(job, tz) if sentry.dsn is not None and on else None
-    members = [pinger, CheckIns(sentry, name, rid, monitor=monitor, enabled=on)]
+    if on and sentry.dsn is not None:
+        from .sentry import CheckIns, monitor_config
+
+        monitor = monitor_config(job, tz)
+        members.append(CheckIns(sentry, name, rid, monitor=monitor, enabled=on))
     return RunMonitors(members, rid, budget=configs.pings.budget)
 
 

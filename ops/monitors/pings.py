@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 from ..run.output import truncation_notice, utf8_end, utf8_start
-from ..values import Value
+from .monitors import PingConfig
 
 log = logging.getLogger("ops.healthchecks")
 
@@ -57,24 +57,6 @@ class Unanswered(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
-
-
-class PingConfig(Value, frozen=True):
-    base_url: str
-    ping_key: str = ""
-    auto_create: bool = False
-    budget: float = 10.0
-
-    @classmethod
-    def from_settings(cls):
-        from .. import conf
-
-        return cls(
-            base_url=conf.ping_url(),
-            ping_key=conf.ping_key(),
-            auto_create=conf.auto_create(),
-            budget=conf.ping_budget_seconds(),
-        )
 
 
 def check_url(config: PingConfig, job: str, override: str | None = None) -> tuple[str, str]:

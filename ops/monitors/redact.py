@@ -107,26 +107,38 @@ def _pattern(form: bytes) -> bytes:
 
 
 @functools.lru_cache(maxsize=8)
-def _compiled(secrets: tuple[tuple[str, str], ...]):
-    """(form -> its `<redacted NAME>`, the pattern of every form, the longest a match can be).
-    Kept: compiling the pattern of a SECRET_KEY's forms costs a run ~10 M instructions, and the
-    warm dispatcher compiles it once for every job it forks."""
+def _forms_named(secrets: tuple[tuple[str, str], ...]):
+    """(form -> its `<redacted NAME>`, longest first; the longest a match can be)."""
     names: dict[bytes, bytes] = {}
     for name, value in secrets:
         for form in _forms(value):
             names.setdefault(form, f"<redacted {name}>".encode())
     # Longest first: the whole DATABASE_URL goes before the password inside it.
     forms = sorted(names, key=len, reverse=True)
-    pattern = re.compile(b"|".join(_pattern(f) for f in forms)) if forms else None
     # A wrapped secret is longer by its line breaks and indentation: room for those too.
-    return MappingProxyType(names), pattern, 2 * len(forms[0]) if forms else 0
+    return MappingProxyType({f: names[f] for f in forms}), 2 * len(forms[0]) if forms else 0
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(forms: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """The pattern of every form. Kept: compiling the pattern of a SECRET_KEY's forms costs
+    ~2 M instructions, and the warm dispatcher compiles it once for every job it forks."""
+    return re.compile(b"|".join(_pattern(f) for f in forms))
 
 
 class Redactor:
     """Replaces secret values in bytes by `<redacted NAME>`."""
 
     def __init__(self, secrets: dict[str, str]):
-        self.names, self._pattern, self.longest = _compiled(tuple(secrets.items()))
+        self.names, self.longest = _forms_named(tuple(secrets.items()))
+        # Every match of a form begins with the form's first word, verbatim: where none of
+        # these occurs there is nothing to replace, and the pattern (compiled at its first
+        # use) is not needed. Most runs print no secret, so most never compile it.
+        self._firsts = tuple({form.split(b" ", 1)[0] for form in self.names})
+
+    def pattern(self) -> re.Pattern[bytes] | None:
+        """Every form's pattern (None: no secret), compiled at its first use by any Redactor."""
+        return _compiled(tuple(self.names)) if self.names else None
 
     @classmethod
     def from_settings(cls, settings=None) -> "Redactor":
@@ -143,7 +155,7 @@ class Redactor:
         return b"<redacted>"
 
     def __bool__(self) -> bool:
-        return self._pattern is not None
+        return bool(self.names)
 
     def bytes(self, data: bytes, drop: int = 0) -> bytes:
         """`data` redacted, without its first `drop` bytes.
@@ -151,11 +163,13 @@ class Redactor:
         `drop` is where a window cut out of a longer stream really starts: the window begins
         `drop` (>= the longest secret) bytes earlier, so a secret straddling the real start is
         seen whole here and replaced, never kept in part."""
-        if self._pattern is None:
+        if not any(first in data for first in self._firsts):
             return data[drop:]
+        pattern = self.pattern()
+        assert pattern is not None  # a first word was found: there are forms
         out = []
         pos = 0
-        for match in self._pattern.finditer(data):
+        for match in pattern.finditer(data):
             start, end = match.span()
             if start > pos and start > drop:
                 out.append(data[max(pos, drop) : start])

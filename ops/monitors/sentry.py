@@ -25,31 +25,14 @@ import time
 import urllib.parse
 import uuid
 
-from ..values import Value
 from .dsn import SLUG_MAX, Dsn, DsnError, parse_dsn  # noqa: F401  (callers' names for them)
+from .monitors import SentryConfig
 from .pings import MARGIN, RETRY_STATUSES, ResolveTimeout, connection, cut_at, distinct, tries
 
 log = logging.getLogger("ops.sentry")
 
 CLIENT = "cronops/0.1"
 MAX_MINUTES = 40320  # Sentry's limit on a margin and a runtime: 28 days
-
-
-class SentryConfig(Value, frozen=True):
-    dsn: Dsn | None
-    environment: str = ""
-    budget: float = 10.0
-
-    @classmethod
-    def from_settings(cls) -> "SentryConfig":
-        from .. import conf
-
-        value = conf.sentry_dsn()
-        return cls(
-            dsn=parse_dsn(value) if value else None,
-            environment=conf.sentry_environment(),
-            budget=conf.ping_budget_seconds(),
-        )
 
 
 def monitor_config(job, tz: str) -> dict | None:

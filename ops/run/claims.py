@@ -19,8 +19,8 @@ state are written only while (run, version) still match, so a run whose claim wa
 never writes onto the new holder's. A run carries the version it holds as `run.claim_version`.
 
 A running job can ask whether it still holds its claim: `current_claim()` and
-`HeldClaim.still_held()` (ops/run/fencing.py, with the locks a claim and a fencing transaction
-share).
+`HeldClaim.still_held()` (ops/run/fencing.py and ops/run/held.py, with the locks a claim and a
+fencing transaction share).
 """
 
 import datetime as dt
@@ -41,11 +41,11 @@ from .fencing import (  # noqa: F401  (their old home: callers import them from 
     ENV_RUN,
     ENV_SLOT,
     ENV_VERSION,
-    HeldClaim,
     current_claim,
     enter,
     environment,
     held_claim,
+    held_fields,
     holder_mark,
     lock_holder,
     lock_job,

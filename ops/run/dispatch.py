@@ -116,16 +116,17 @@ def warm_up() -> None:
     import django.db.models.sql.compiler  # noqa: F401  (its first query)
     from django.core.management import get_commands
 
-    from ..management.commands.run_job import common_options_parser
+    from ..management.commands.run_job import common_options
+    from ..monitors import pings, sentry  # noqa: F401  (a run_job loads them when configured)
     from ..monitors.redact import Redactor
-    from . import runner  # noqa: F401
+    from . import after, claimstep, held, retries, runner  # noqa: F401  (and what it loads as needed)
 
     try:
-        Redactor.from_settings()  # its pattern, compiled once for every run_job (runner.py)
+        Redactor.from_settings().pattern()  # compiled once for every run_job that needs it
     except Exception:  # noqa: S110  (a secret it cannot take: each run_job says so itself)
         pass
     get_commands()
-    common_options_parser(str(conf.base_dir() / "manage.py"), "run_job")
+    common_options(str(conf.base_dir() / "manage.py"), "run_job")
     # Not the jobs' own command parsers: building one imports the command's module, which is
     # the job's code (run_job imports it, in the job's own processes).
     connections["default"]  # the database backend's modules (no connection is opened)

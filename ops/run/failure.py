@@ -24,8 +24,13 @@ NOTHING = "nothing on stderr"
 
 
 # A terminal's escape sequences (colours, cursor moves; OSC titles), which a log line or a
-# ping would show as `[31m`.
-_ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
+# ping would show as `[31m`. Compiled at its first use (by re's cache): most output has none.
+_ANSI = rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+
+
+def _plain(data: bytes | bytearray) -> bytes | bytearray:
+    """`data` without its escape sequences (each begins with ESC)."""
+    return re.sub(_ANSI, b"", data) if b"\x1b" in data else data
 
 
 class LastLine:
@@ -44,7 +49,7 @@ class LastLine:
             *finished, rest = chunk.split(b"\n")
             for part in finished:
                 self._add(part)
-                if _ANSI.sub(b"", self._line).strip():  # a colour reset alone is no line
+                if _plain(self._line).strip():  # a colour reset alone is no line
                     self._last = bytes(self._line)
                 self._line.clear()
             self._add(rest)
@@ -57,8 +62,8 @@ class LastLine:
     def text(self, redactor=None) -> str:
         """The line (an unfinished last line counts), redacted, one line, at most LINE_CHARS."""
         with self._lock:
-            data = bytes(self._line) if _ANSI.sub(b"", self._line).strip() else self._last
-        data = _ANSI.sub(b"", data)  # `\x1b[31mERROR\x1b[0m` reads ERROR
+            data = bytes(self._line) if _plain(self._line).strip() else self._last
+        data = bytes(_plain(data))  # `\x1b[31mERROR\x1b[0m` reads ERROR
         # A progress bar rewrites its line with \r: what a terminal would show is the last part.
         parts = [p for p in data.decode("utf-8", "replace").split("\r") if p.strip()]
         text = parts[-1].strip() if parts else ""

@@ -3,20 +3,22 @@ takeover.
 
 A running job asks `current_claim()` (in run_job's forked child; the processes it starts find
 the same in OPS_JOB, OPS_SLOT, OPS_CLAIM_VERSION and OPS_RUN_ID) and `HeldClaim.still_held()`
-whether it still holds its claim. The claim's own transactions (ops/run/claims.py) serialise
-per job (`lock_job`) and take a claim over only after the holder's lock (`lock_holder`), which
-a fencing transaction holds shared.
+(ops/run/held.py) whether it still holds its claim. The claim's own transactions
+(ops/run/claims.py) serialise per job (`lock_job`) and take a claim over only after the
+holder's lock (`lock_holder`), which a fencing transaction holds shared.
 """
 
 import hashlib
 import os
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.db import connection
-from django.db.transaction import TransactionManagementError
 
-from ..models import JobRun, Outcome, SlotClaim
+from ..models import JobRun
 from . import process
+
+if TYPE_CHECKING:
+    from .held import HeldClaim
 
 
 def advisory_lock(key: str, *, shared: bool = False, wait: bool = True) -> bool:
@@ -56,67 +58,28 @@ ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN = "OPS_JOB", "OPS_SLOT", "OPS_CLAIM_VERS
 _ENV_NAMES = (ENV_JOB, ENV_SLOT, ENV_VERSION, ENV_RUN)
 
 
-@dataclass(frozen=True)  # public (docs/several-servers.md): stays a dataclass for users' code
-class HeldClaim:
-    """The claim the running job was started under: its slot and its fencing token."""
+# A claim's job, slot key, version (its fencing token) and run id: what run_job hands its job.
+Fields = tuple[str, str, int, int]
 
-    job: str
-    slot: str  # the slot's key, "2026-11-29" or "2026-10-25 02:30+02:00"
-    version: int  # 1 for the first claim of the slot, +1 for every takeover
-    run_id: int  # the run's row in the history (JobRun)
-
-    def still_held(self, *, lock: bool = False) -> bool:
-        """Whether this run still holds its claim (no other run took the slot over).
-
-        With `lock=True`, inside `transaction.atomic()`, a takeover of this claim waits until
-        the transaction ends (a shared advisory lock on PostgreSQL, which a takeover takes
-        exclusively), so what the transaction writes is written by the holder. The claim's row
-        is not locked and other claims of the job do not wait: the holder's heartbeats go on
-        meanwhile, a long transaction does not make it look dead, and a second run of the slot
-        is still told `busy` at once. (SQLite has one writer at a time anyway.) This guards
-        late writes of a holder that lost its claim; work a new holder redoes needs
-        `ops.once` (or a unique constraint of the job's own).
-
-        Outside a transaction (autocommit) the lock would end with its own statement:
-        TransactionManagementError. PostgreSQL's REPEATABLE READ or SERIALIZABLE would read the
-        claim from a snapshot taken before the lock (a takeover committed meanwhile goes
-        unseen): refused too, the check needs READ COMMITTED (Django's default)."""
-        if lock and connection.get_autocommit():
-            raise TransactionManagementError(
-                "still_held(lock=True) outside transaction.atomic() holds nothing"
-            )
-        rows = SlotClaim.objects.filter(
-            job=self.job,
-            slot=self.slot,
-            version=self.version,
-            run_id=self.run_id,
-            state=Outcome.RUNNING,
-        )
-        if lock:
-            lock_holder(self.job, self.slot, shared=True)
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT current_setting('transaction_isolation')")
-                    (level,) = cursor.fetchone()
-                if level != "read committed":
-                    raise TransactionManagementError(
-                        f"still_held(lock=True) needs READ COMMITTED, not {level.upper()}: "
-                        "its snapshot predates the lock, so a takeover would go unseen"
-                    )
-        return rows.exists()
+_entered: Fields | None = None  # the job's own process: the claim run_job started it under
+_current: "HeldClaim | None" = None
 
 
-_current: HeldClaim | None = None
-
-
-def current_claim() -> HeldClaim | None:
+def current_claim() -> "HeldClaim | None":
     """The claim of the run_job run this code runs in, or None (not under run_job, or a run
     without a slot). A child process reads it from the environment run_job set."""
+    global _current
+    if _current is None and _entered is not None:
+        from .held import HeldClaim
+
+        _current = HeldClaim(*_entered)
     if _current is not None:
         return _current
     values = [os.environ.get(name, "") for name in _ENV_NAMES]
     if not all(values):
         return None
+    from .held import HeldClaim
+
     job, slot, version, run_id = values
     try:
         return HeldClaim(job=job, slot=slot, version=int(version), run_id=int(run_id))
@@ -124,12 +87,22 @@ def current_claim() -> HeldClaim | None:
         return None
 
 
-def held_claim(run: JobRun) -> HeldClaim | None:
-    """The claim `run` holds, as its job sees it (None for a run without a slot)."""
+def held_fields(run: JobRun) -> Fields | None:
+    """The fields of the claim `run` holds (None for a run without a slot)."""
     version = getattr(run, "claim_version", None)
     if run.slot and version is not None and run.pk is not None:
-        return HeldClaim(job=run.job, slot=run.slot, version=version, run_id=run.pk)
+        return (run.job, run.slot, version, run.pk)
     return None
+
+
+def held_claim(run: JobRun) -> "HeldClaim | None":
+    """The claim `run` holds, as its job sees it (None for a run without a slot)."""
+    fields = held_fields(run)
+    if fields is None:
+        return None
+    from .held import HeldClaim
+
+    return HeldClaim(*fields)
 
 
 ENV_HOLDER = "OPS_HOLDER"
@@ -142,7 +115,7 @@ def holder_mark(pid: int, started: int | None) -> str:
     return f"{pid}:{started}"
 
 
-def environment(held: HeldClaim | None, holder: process.Identity) -> dict[str, str | None]:
+def environment(held: Fields | None, holder: process.Identity) -> dict[str, str | None]:
     """The OPS_* variables the job's process gets (None: removed, so that the variables of a
     run_job this one runs under do not leak into a run without a slot)."""
     values = dict(zip(_ENV_NAMES, _env_values(held), strict=True))
@@ -150,13 +123,17 @@ def environment(held: HeldClaim | None, holder: process.Identity) -> dict[str, s
     return values
 
 
-def enter(held: HeldClaim | None) -> None:
-    """In the job's own process (ops/run/child.py): what current_claim() answers."""
-    global _current
-    _current = held
+def enter(held: "Fields | HeldClaim | None") -> None:
+    """In the job's own process (ops/run/child.py): the claim current_claim() answers (from
+    run_job, its fields: made at the first question)."""
+    global _entered, _current
+    if isinstance(held, tuple):
+        _entered, _current = held, None
+    else:
+        _entered, _current = None, held
 
 
-def _env_values(held: HeldClaim | None) -> list[str | None]:
+def _env_values(held: Fields | None) -> list[str | None]:
     if held is None:
         return [None] * len(_ENV_NAMES)
-    return [held.job, held.slot, str(held.version), str(held.run_id)]
+    return [str(value) for value in held]

@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterator
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from ..models import JobRun
+from ..models import JobRun, Outcome
 from . import claims
 from .plan import one_line, say
+from .supervisor import EXIT_SKIPPED
 
 JOIN_SECONDS = 5.0  # at most this long for a beat in progress to end, when the beating stops
 
@@ -135,3 +136,14 @@ def taken_over_note(run: JobRun) -> str:
         f"the claim on {run.slot} was taken over by {who} while this run was frozen or cut "
         "off from the database (no heartbeat for 3 intervals)"
     )
+
+
+def taken_over(run: JobRun, *, said: bool, stderr) -> None:
+    """The command ended after its claim was taken over (the heartbeat did not see it in time,
+    or it did: `said`): `run` is recorded as taken over, never as the slot's outcome."""
+    note = taken_over_note(run)
+    if not said:
+        say(f"job {run.job}: {note}", stderr)
+    ended = f"{run.outcome}, exit {run.exit_code}" if run.exit_code else run.outcome
+    run.note = f"{note}; the job had ended by then ({ended})"[:300]
+    run.outcome, run.exit_code = Outcome.TAKEN_OVER, EXIT_SKIPPED

@@ -19,7 +19,8 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from ..models import Effect
-from .fencing import HeldClaim, current_claim
+from .fencing import current_claim
+from .held import HeldClaim
 
 KEY_MAX = 200  # Effect.key's max_length
 

@@ -28,9 +28,9 @@ from ..monitors.redact import Redactor
 from ..schedule.durations import human_duration
 from ..schedule.options import DEFAULT_KILL_AFTER
 from ..schedule.slots import Slot
-from . import after, claims, claimstep, descendants, patience, process, retries, standby
+from . import claims, descendants, patience, process, standby
 from .failure import explain as explain_failure
-from .heartbeat import ClaimKeeper, taken_over_note
+from .heartbeat import ClaimKeeper, taken_over
 from .lock import JobLock, LockError
 from .loghead import write as write_header
 from .origin import detect as detect_origin
@@ -53,6 +53,7 @@ from .supervisor import Ended, Supervisor, fork_job
 
 if TYPE_CHECKING:
     from .enqueue import Pending
+    from .retries import Attempts
 
 EXIT_SKIPPED = 75  # also a run whose claim was taken over: the slot is another run's now
 EXIT_TIMEOUT = 124
@@ -94,7 +95,7 @@ class Runner:
         self.claim_wait = ""  # what the claim step waits for, once it waits (claimstep.py)
         self.action = actions.from_environment()  # started from the jobs page (who, and why)
         self.origin = detect_origin(self.action)  # cron, by hand, the jobs page (origin.py)
-        self.attempts: retries.Attempts | None = None  # the current slot's (--retries)
+        self.attempts: Attempts | None = None  # the current slot's (--retries)
         self.pending_enqueue: Pending | None = None  # written with the record (enqueue.py)
 
     def monitors(self, enabled: bool = True) -> RunMonitors:
@@ -251,6 +252,8 @@ class Runner:
 
     def run_slot(self, slot: Slot | None, catch_up: bool = False) -> int:
         if slot is not None:
+            from . import claimstep  # a slot's: an ad hoc run has none
+
             result = claimstep.claim_slot(self, slot, catch_up)
             if isinstance(result, int):  # done, busy, or a wait that ended: recorded
                 return result
@@ -282,10 +285,16 @@ class Runner:
             say(f"job {self.plan.name}: {locked}: the run's starter is not recorded", self.stderr)
         write_header(self, run)  # --quiet: before what a failure prints (conclude)
         watch = self.monitors(enabled=not catch_up)  # one rid, one start for all attempts
-        self.attempts = attempts = retries.Attempts.of(self)
+        self.attempts = None  # --retries' and --after's modules: only for a run that has them
+        if self.opts.retries:
+            from . import retries
+
+            self.attempts = retries.Attempts.of(self)
         run.rid = watch.rid
         ended: Ended | None = None
         if self.opts.after and slot is not None:  # upstream jobs first (ops/run/after.py)
+            from . import after
+
             ended = after.gate(self, run, slot, now=timezone.now(), catch_up=catch_up)
             run.started_at = timezone.now()  # the wait is not the job's
         while ended is None:
@@ -305,8 +314,12 @@ class Runner:
             if ended.command:
                 run.command = self.redactor.text(ended.command)[:500]
             duration = time.monotonic() - started
+            if self.attempts is None:  # one attempt
+                break
+            from . import retries
+
             following = retries.next_attempt(
-                self, attempts, run, slot, ended, duration, tail.text(HISTORY_TAIL_BYTES),
+                self, self.attempts, run, slot, ended, duration, tail.text(HISTORY_TAIL_BYTES),
                 now=timezone.now(),
             )  # fmt: skip
             if following is None:
@@ -328,7 +341,7 @@ class Runner:
     def supervise(self, run: JobRun, slot: Slot | None, tee: Tee, watch: RunMonitors) -> Ended:
         """Fork the job (ops/run/supervisor.py) and see it to its end: its output teed, its
         heartbeat and start ping sent from here, what it left running ended."""
-        held = claims.held_claim(run)
+        held = claims.held_fields(run)  # the job makes its HeldClaim, if it asks
         before = frozenset(descendants.children_of(os.getpid()))  # not the job's: never ended
         assert self.keeper is not None
         OUTBOX.quiesce()  # the child then inherits one thread, usually (supervisor.fork_job)
@@ -506,11 +519,15 @@ class Runner:
                     from . import enqueue
 
                     undo = enqueue.inside_record(self.pending_enqueue, run)
-                kept = after.kept_state(run)  # a --force run that never ran keeps a success
+                kept = None  # a --force run that never ran (--after's) keeps a success
+                if self.opts.after:
+                    from .after import kept_state
+
+                    kept = kept_state(run)
                 if run.slot and run.outcome != Outcome.TAKEN_OVER and not claims.release(run, kept):
                     if undo is not None:
                         undo()  # the new holder enqueues the slot's task
-                    self.taken_over(run)
+                    taken_over(run, said=bool(self.lost_claim), stderr=self.stderr)
                 run.save()
 
         for attempt in (1, 2):
@@ -525,16 +542,6 @@ class Runner:
                     continue
                 return f"database unavailable: {one_line(exc)}"
         return ""
-
-    def taken_over(self, run: JobRun) -> None:
-        """The command ended after its claim was taken over (the heartbeat did not see it in
-        time): record it as taken over, never as the slot's outcome."""
-        note = taken_over_note(run)
-        if not self.lost_claim:  # else the heartbeat has said so already
-            say(f"job {run.job}: {note}", self.stderr)
-        ended = f"{run.outcome}, exit {run.exit_code}" if run.exit_code else run.outcome
-        run.note = f"{note}; the job had ended by then ({ended})"[:300]
-        run.outcome, run.exit_code = Outcome.TAKEN_OVER, EXIT_SKIPPED
 
 
 def run(argv: list[str], *, stdout=None, stderr=None) -> int:
@@ -575,19 +582,13 @@ def _run(argv: list[str], *, stdout=None, stderr=None, log_problem="", logged=Fa
         plan = resolve(argv, stderr, now=timezone.now())
         runner = Runner(plan, stdout=stdout, stderr=stderr, log_problem=log_problem, logged=logged)
         return runner.run()
-    except UsageError as exc:
+    except (UsageError, ImproperlyConfigured) as exc:  # or a cronops setting's value: one line
         say(f"error: {exc}", stderr)
         return EXIT_USAGE
-    except ImproperlyConfigured as exc:  # a cronops setting's value (ops/conf.py): one line
-        say(f"error: {exc}", stderr)
-        return EXIT_USAGE
-    except LockError as exc:
-        # The lock directory cannot be used (read-only or full file system, permissions):
-        # nothing can run on this host until it is fixed, so monitoring hears about it.
-        say(f"error: {exc}", stderr)
-        could_not_start(plan, argv, str(exc))
-        return 1
-    except patience.Locked as exc:  # another writer held the database for the whole bound
+    except (LockError, patience.Locked) as exc:
+        # The lock directory cannot be used (read-only or full file system, permissions), or
+        # another writer held the database for the whole bound: nothing can run on this host
+        # until it is fixed, so monitoring hears about it.
         say(f"error: {exc}", stderr)
         could_not_start(plan, argv, str(exc))
         return 1

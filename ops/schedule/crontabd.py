@@ -10,7 +10,6 @@ import datetime as dt
 import functools
 import itertools
 import re
-import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -45,18 +44,15 @@ FIELDS = [
     ("hour", 0, 23, {}),
     ("day of month", 1, 31, {}),
     ("month", 1, 12, {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}),
-    (
-        "day of week",
-        0,
-        7,
-        {d: i for i, d in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])},
-    ),
+    ("day of week", 0, 7, {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}),
 ]
-_ENV_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$")
-_ITEM = re.compile(r"^(\*|\w+|\w+-\w+)(?:/(\d+))?$")
-_NUMBER = re.compile(r"^\d+$")
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-_MAILTO = r"^[^\s,;'\"\\`$|&<>()%]+$"  # (this and _PING_VALUE: compiled at first use)
+# Compiled at their first use, by re's cache, and most lines never need them: a fire reads
+# crontab.d, and compiling them cost it ~1.5 M instructions (bench/RESULTS.md, P9 issue 33).
+ENV_LINE = r"^([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$"
+_ITEM = r"^(\*|\w+|\w+-\w+)(?:/(\d+))?$"
+_NUMBER = re.compile(r"^\d+$")  # Django's too: compiled already
+_CONTROL = r"[\x00-\x08\x0a-\x1f\x7f]"
+_MAILTO = r"^[^\s,;'\"\\`$|&<>()%]+$"
 # What other crons accept and Debian's does not (or reads differently).
 _FOREIGN_SYNTAX = [
     ("~", "'~' (random value) is a systemd/OpenBSD extension; Debian's cron reads 0~30 as 0"),
@@ -91,7 +87,7 @@ class CrontabError(ValueError):
         # These messages reach job logs, cron mail, job_status, the jobs page and system
         # checks: made here, once, with no credential in them. A --ping value is one (a check
         # UUID or a URL with the ping key); so is any known secret, wherever it stands.
-        shown = re.sub(_PING_VALUE, r"\1<hidden>", _CONTROL.sub("?", text.strip()))
+        shown = re.sub(_PING_VALUE, r"\1<hidden>", re.sub(_CONTROL, "?", text.strip()))
         from ..monitors.redact import redacted  # an error's path: not every parse's import
 
         super().__init__(redacted(f"{where}: {message}" + (f" (in: {shown})" if shown else "")))
@@ -134,7 +130,7 @@ def _foreign_syntax(text: str, names: dict) -> str | None:
     for char, why in _FOREIGN_SYNTAX[:3]:
         if char in text:
             return why
-    for part in re.split(r"[,/-]", text):
+    for part in re.split(r"[,/-]", text) if any(c in text for c in ",/-") else [text]:
         if part.lower() in names or _NUMBER.match(part) or part == "*":
             continue
         if part.endswith("L") or part == "LW":
@@ -158,10 +154,10 @@ def validate_field(text: str, index: int) -> str | None:
     lo: int | None
     hi: int | None
     for item in text.split(","):
-        match = _ITEM.match(item)
-        if not match:
+        parts = _item(item)
+        if parts is None:
             return f"bad {name} {text!r}: {valid}"
-        base, step = match.groups()
+        base, step = parts
         if base == "*":
             lo, hi = low, high
         elif "-" in base:
@@ -189,13 +185,25 @@ def validate_field(text: str, index: int) -> str | None:
     return None
 
 
+def _item(item: str) -> tuple[str, str | None] | None:
+    """(base, step) of one item of a field (`*`, `N`, `N-M`, `name`, each with its `/S`), or None.
+    `*`, `N` and `*/S` (most items) are read without the pattern."""
+    if item == "*" or (item.isascii() and item.isdigit()):
+        return item, None
+    step = item[2:]
+    if item.startswith("*/") and step.isascii() and step.isdigit():
+        return "*", step
+    match = re.match(_ITEM, item)
+    return (match[1], match[2]) if match else None
+
+
 def _field_values(text: str, index: int) -> set[int]:
     _, low, high, _ = FIELDS[index]
     values: set[int] = set()
     for item in text.split(","):
-        match = _ITEM.match(item)
-        assert match is not None, "a field validate_field accepted"
-        base, step = match.groups()
+        parts = _item(item)
+        assert parts is not None, "a field validate_field accepted"
+        base, step = parts
         if base == "*":
             lo, hi = low, high
         else:
@@ -255,6 +263,8 @@ def _python_crontab_reads(schedule: str) -> bool:
 
 
 def _looks_like_a_field(word: str) -> bool:
+    if not word or not (word[0].isdecimal() or word[0] in "*?"):  # as [\d*?] reads it
+        return False  # (the command, an option: without compiling the pattern)
     return bool(re.match(r"^[\d*?][\d*/,\-?LW#~]*$", word))
 
 
@@ -265,6 +275,12 @@ def _words(text: str, maxsplit: int = 0) -> list[str]:
     """`text` split at spaces and tabs, as cron and /bin/sh split it; never `str.split()`,
     which also splits at U+2028, U+0085 and other characters a shell keeps inside a word."""
     return [w for w in _BLANKS.split(text.strip(" \t"), maxsplit) if w]
+
+
+def _shown(job: Job) -> str:
+    import shlex  # on error paths only (and for lines with quotes): ~0.8 M to import
+
+    return f"{job.schedule} {shlex.join(job.argv)}"
 
 
 def split_job_line(line: str) -> tuple[str, list[str]]:
@@ -293,6 +309,8 @@ def split_job_line(line: str) -> tuple[str, list[str]]:
         if not argv:
             _no_command()
         return schedule, argv
+    import shlex
+
     try:
         argv = shlex.split(rest, comments=False, posix=True)
         commented = shlex.split(rest, comments=True, posix=True)
@@ -362,15 +380,16 @@ def parse_text(
                 "starts with a byte-order mark (U+FEFF): save the file as UTF-8 without BOM",
                 raw.replace("\ufeff", ""),
             )
-        if _CONTROL.search(line):
+        if not line.isprintable() and re.search(_CONTROL, line):  # (\t is not printable)
             raise CrontabError(
                 path, lineno, "control characters (a carriage return?) are not allowed", raw
             )
         if line.startswith("#"):
             comment.append(line.lstrip("#").strip())
             continue
-        env = _ENV_LINE.match(line)
-        if env and not line.startswith("@") and not line[0].isdigit() and line[0] != "*":
+        job_like = line.startswith("@") or line[0].isdigit() or line[0] == "*"
+        env = None if job_like else re.match(ENV_LINE, line)
+        if env:
             value = _check_env_line(env.group(1), env.group(2), path, lineno, raw)
             if schedule.mailto is not None:
                 raise CrontabError(
@@ -528,7 +547,7 @@ def load_schedule(
                     job.lineno,
                     f"duplicate job name {job.name!r} (first at "
                     f"{first.path}:{first.lineno}); give one of them --name=",
-                    f"{job.schedule} {shlex.join(job.argv)}",
+                    _shown(job),
                 )
             seen[job.name] = job
         if part.mailto is not None:
@@ -544,56 +563,13 @@ def load_schedule(
         result.jobs.extend(part.jobs)
         result.files.append(str(path))
     for job, why in dependencies.problems(result.jobs):  # --after's rules: the first one
-        raise CrontabError(job.path, job.lineno, why, f"{job.schedule} {shlex.join(job.argv)}")
+        raise CrontabError(job.path, job.lineno, why, _shown(job))
     return result
 
 
 def load_jobs_leniently(directory: Path | str | None = None, known_commands=None) -> dict:
-    """{name: Job} for every job whose own line is valid, even when other lines are not.
+    """{name: Job} for every job whose own line is valid, even when other lines are not
+    (ops/schedule/lenient.py: read only when crontab.d has an error)."""
+    from .lenient import load_jobs_leniently as load
 
-    run_job falls back on this when crontab.d has an error, so that one bad line (say, from a
-    deploy that went wrong half-way) stops only its own job, not every job on the host. A name
-    declared twice is left out: which of the two is meant cannot be known.
-    """
-    if directory is None:
-        from .. import conf
-
-        directory = conf.crontab_dir()
-    if known_commands is None:
-        from django.core.management import get_commands
-
-        known_commands = get_commands()
-    found: dict[str, Job | None] = {}
-    for path in sorted(Path(directory).glob("*.cron")):
-        try:
-            lines = path.read_bytes().decode("utf-8").split("\n")
-        except (OSError, UnicodeDecodeError):
-            return {}  # a file that cannot be read could declare any name
-        for lineno, raw in enumerate(lines, start=1):
-            line = raw.strip(" \t")
-            if not line or line.startswith("#") or _ENV_LINE.match(line):
-                continue
-            try:
-                job = parse_text(line, str(path), known_commands).jobs[0]
-            except (CrontabError, IndexError):
-                # The job a broken line declares must not run from another line by mistake.
-                for name in _names_of_broken_line(line):
-                    found[name] = None
-                continue
-            job.lineno = lineno
-            found[job.name] = None if job.name in found else job
-    return {name: job for name, job in found.items() if job is not None}
-
-
-def _names_of_broken_line(line: str) -> set[str]:
-    """The job name(s) a line that does not parse would declare: its --name, else its command;
-    every word of it when even that cannot be told."""
-    words = line.split()
-    rest = words[1:] if line.startswith("@") else words[5:]
-    for i, word in enumerate(rest):
-        if word.startswith("--name="):
-            return {word.split("=", 1)[1]}
-        if word == "--name" and i + 1 < len(rest):
-            return {rest[i + 1]}
-    command = next((w for w in rest if not w.startswith("-")), None)
-    return {command} if command else set(re.findall(r"[a-z0-9_-]+", line))
+    return load(directory, known_commands)

@@ -27,7 +27,7 @@ from cronsim import CronSim
 from ..values import Value
 
 UTC = dt.UTC
-_SINGLE_NUMBER = re.compile(r"^[0-9]+$")
+_SINGLE_NUMBER = r"^[0-9]+$"  # compiled at its first use (an ad hoc run has none)
 # Computing a slot beyond the calendar's ends (year 1 or 9999) is not a slot, never a crash.
 _OUT_OF_RANGE = (OverflowError, ValueError)
 
@@ -53,7 +53,7 @@ def is_date_key(key: str) -> bool:
 def once_a_day(expr: str) -> bool:
     """Fires at most once per calendar day: the minute and the hour are single numbers."""
     minute, hour = expr.split()[:2]
-    return bool(_SINGLE_NUMBER.match(minute) and _SINGLE_NUMBER.match(hour))
+    return bool(re.match(_SINGLE_NUMBER, minute) and re.match(_SINGLE_NUMBER, hour))
 
 
 def utc_offset(value: dt.datetime) -> str:

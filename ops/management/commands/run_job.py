@@ -13,6 +13,16 @@ def common_options_parser(prog: str, subcommand: str) -> argparse.ArgumentParser
     return BaseCommand().create_parser(prog, subcommand)
 
 
+@functools.cache
+def common_options(prog: str, subcommand: str) -> dict[str, bool]:
+    """Django's common option strings: whether each takes a value."""
+    return {
+        option: action.nargs != 0
+        for action in common_options_parser(prog, subcommand)._actions
+        for option in action.option_strings
+    }
+
+
 class Command(BaseCommand):
     help = (
         "Run a management command as a cron job: per-job lock, slot claim, healthchecks "
@@ -38,19 +48,15 @@ class Command(BaseCommand):
         # argv: manage.py run_job ...; the runner parses its own options (one parser for cron
         # lines and the command line). Django's common options before the command name are
         # taken out here: ManagementUtility has already applied --settings and --pythonpath.
-        common_parser = common_options_parser(argv[0], argv[1])
-        common = {
-            option: action.nargs != 0
-            for action in common_parser._actions
-            for option in action.option_strings
-        }
-        run_argv, taken = split_common_options(argv[2:], common)
+        # Django's parser is built only for a word before the command name that is no
+        # runner option (a cron line has none).
+        run_argv, taken = split_common_options(argv[2:], lambda: common_options(*argv[:2]))
         if {"-h", "--help", "--version"} & {word.split("=", 1)[0] for word in taken}:
             return super().run_from_argv(argv)  # Django prints the help (or version)
         stderr = self.stderr._out
         if taken:
             try:
-                handle_default_options(common_parser.parse_args(taken))
+                handle_default_options(common_options_parser(*argv[:2]).parse_args(taken))
             except CommandError as exc:
                 runner.say(f"error: {str(exc).removeprefix('Error: ')}", stderr)
                 raise SystemExit(runner.EXIT_USAGE) from None
