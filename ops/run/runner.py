@@ -244,8 +244,7 @@ class Runner:
                 break
         pending = self.terminated()
         if pending is not None and not self.stop:
-            # It came after the job had ended (while recording or pinging): the run's outcome
-            # is what the job did, and it stands.
+            # After the job had ended (recording, pinging): the outcome is the job's; it stands.
             say(f"job {self.plan.name}: {pending.note} after the job had ended", self.stderr)
         self.send_summary(exit_code)
         return exit_code
