@@ -128,26 +128,26 @@ def test_a_fault_in_cronops_own_code_is_found_by_its_tests_and_costs_no_command(
     where cronops' test suite asks, and run under no command of the project."""
 
     class Broken(models.Model):
-        amount = models.DecimalField()  # fields.E130, E132: no decimal_places, max_digits
+        name = models.CharField(max_length=-1)  # fields.E121
         check = classmethod(model_check)
 
         class Meta:
             app_label = "ops"
 
         def __str__(self) -> str:
-            return str(self.amount)
+            return self.name
 
     class BrokenAdmin(ReadOnlyAdmin):
         list_display = ["no_such_field"]  # admin.E108
 
     BrokenAdmin.__module__ = "ops.admin"  # one of ops' own (a project's are checked: below)
-    assert [m.id for m in Broken.check()] == ["fields.E130", "fields.E132"]
+    assert [m.id for m in Broken.check()] == ["fields.E121"]
     assert [m.id for m in BrokenAdmin(Broken, AdminSite()).check()] == ["admin.E108"]
     monkeypatch.setattr("sys.argv", ["manage.py", "check"])  # also under `check` itself
     assert Broken.check() == []
     assert BrokenAdmin(Broken, AdminSite()).check() == []
     # but a database's own rules are checked when `check --database` (or migrate) asks
-    assert [m.id for m in Broken.check(databases=["default"])] == ["fields.E130", "fields.E132"]
+    assert [m.id for m in Broken.check(databases=["default"])] == ["fields.E121"]
 
 
 def test_every_check_of_ops_checks_is_registered_once_under_its_tags():
