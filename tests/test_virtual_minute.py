@@ -275,3 +275,43 @@ def test_dispatchers_started_together_in_one_minute_start_each_job_once(tmp_path
     started = sorted(name for due, _ in outs for name in due)
     assert started == ["at0300", "minutely"]
     assert [said for _, said in outs] == [[]] * 6
+
+
+def test_a_restarted_cron_daemon_is_a_first_run_as_cron_has_no_memory_either(tmp_path):
+    path = tmp_path / "run_due_jobs.state"
+    clock = Clock()
+    said: list[str] = []
+    before = VirtualMinute(path, said.append, boot="b", monotonic=clock, cron="100:5000")
+    before.due(JOBS, BERLIN, local(2, 25))
+    # Stopped at 02:26, started again at 02:31 (5 minutes: within cron's late-wake-up rule).
+    clock.at += 6 * 60
+    again = VirtualMinute(path, said.append, boot="b", monotonic=clock, cron="200:9000")
+    assert again.due(JOBS, BERLIN, local(2, 31)) == ["minutely"]  # not 02:30's at0230
+    # Run by hand (no cron among its ancestors): the daemon's memory, and the daemon, kept.
+    clock.at += 60
+    by_hand = VirtualMinute(path, said.append, boot="b", monotonic=clock, cron="")
+    assert by_hand.due(JOBS, BERLIN, local(2, 32)) == ["minutely"]
+    assert State.loads(path.read_bytes()).cron == "200:9000"
+    assert said == []
+
+
+ASK_DAEMON = "from ops.run.virtual_minute import cron_daemon; print(cron_daemon())"
+
+
+@pytest.mark.process
+def test_the_cron_daemon_is_the_farthest_of_the_cron_named_ancestors(tmp_path):
+    import shutil
+
+    # A shell copied to the name `cron` stands for the daemon and the child it forks per job.
+    cron = tmp_path / "cron"
+    shutil.copy("/bin/dash", cron)
+    inner = f"{cron} -c \"{sys.executable} -c '{ASK_DAEMON}'; true\"; true"
+    run = {"cwd": REPO, "capture_output": True, "text": True, "timeout": 60}
+    out = subprocess.run([str(cron), "-c", f'{inner}; echo "$$"'], **run)
+    assert out.returncode == 0, out.stderr
+    found, daemon = out.stdout.split()
+    assert found.split(":")[0] == daemon
+    mine = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    assert int(found.split(":")[1]) >= int(mine)  # its start time, after this test's
+    plain = subprocess.run([sys.executable, "-c", ASK_DAEMON], **run)
+    assert plain.stdout == "\n"  # not under cron

@@ -10,8 +10,9 @@ kept across deploys and reboots like them), and replays the model from it at eac
 
 When it starts nothing a per-job line would not:
 
-- no usable state (none yet, unreadable, another boot, another TIME_ZONE): the minute alone, as
-  a first run (firing.replay: the DST offsets of the last 3 h), and a fresh state from there;
+- no usable state (none yet, unreadable, another boot, another TIME_ZONE, another cron daemon:
+  a restarted cron starts with no memory): the minute alone, as a first run (firing.replay:
+  the DST offsets of the last 3 h), and a fresh state from there;
 - the same minute again (a second dispatcher line, a slow start overtaken by the next minute's
   dispatcher, cron's late wake-up starting the line once per missed minute): nothing;
 - a gap the real time also took (monotonic clock: the dispatcher was not run, cron stopped, a
@@ -44,6 +45,8 @@ LOCK_PATIENCE = 10.0  # seconds; the lock is held for a read, a decision and a r
 LATE_WAKEUP = 5  # minutes: cron starts every job of a late wake-up's missed minutes up to this
 MAX_BYTES = 4096
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+CRON_DAEMONS = ("cron", "crond")  # as ops/run/origin.py (which imports the models)
+MAX_ANCESTORS = 64
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class State:
     virtual: dt.datetime  # cron's virtual minute, naive wall clock
     reading: dt.datetime  # the clock's minute at the dispatch that wrote this (UTC)
     monotonic: float  # the monotonic clock then (seconds)
+    cron: str = ""  # the cron daemon that woke it (pid:start), "" when not known
 
     def dumps(self) -> bytes:
         return json.dumps(
@@ -62,6 +66,7 @@ class State:
                 "virtual": self.virtual.isoformat(timespec="minutes"),
                 "reading": self.reading.isoformat(timespec="minutes"),
                 "monotonic": self.monotonic,
+                "cron": self.cron,
             }
         ).encode()
 
@@ -76,6 +81,7 @@ class State:
                 virtual=dt.datetime.fromisoformat(raw["virtual"]),
                 reading=dt.datetime.fromisoformat(raw["reading"]),
                 monotonic=float(raw["monotonic"]),
+                cron=str(raw.get("cron", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a state file ({exc.__class__.__name__})") from None
@@ -92,15 +98,18 @@ def decide(
     *,
     boot: str,
     monotonic: float,
+    cron: str = "",
 ) -> tuple[list[str], State | None]:
     """The jobs cron starts at this wake-up (`now`, aware), and the state to keep (None: keep
-    the one there)."""
+    the one there). `cron`: the daemon that woke this dispatcher ("": run by hand, or not
+    known: then the state's daemon is kept)."""
     reading = now.astimezone(UTC).replace(second=0, microsecond=0)
     usable = (
         state is not None
         and state.tz == tz.key
         and state.boot == boot
         and monotonic >= state.monotonic
+        and not (cron and state.cron and cron != state.cron)
     )
     if state is not None and usable:
         if reading == state.reading:
@@ -115,9 +124,10 @@ def decide(
             daemon.virtual = state.virtual
             due = daemon.wake(wall)
             assert daemon.virtual is not None
-            return due, State(tz.key, boot, daemon.virtual, reading, monotonic)
+            kept = cron or state.cron
+            return due, State(tz.key, boot, daemon.virtual, reading, monotonic, kept)
     due, virtual = replay(jobs, reading, tz)
-    return due, State(tz.key, boot, virtual, reading, monotonic)
+    return due, State(tz.key, boot, virtual, reading, monotonic, cron)
 
 
 class VirtualMinute:
@@ -130,11 +140,13 @@ class VirtualMinute:
         *,
         boot: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        cron: str | None = None,
     ):
         self.path = path
         self.say = say
         self.boot = boot if boot is not None else boot_id()
         self.monotonic = monotonic
+        self.cron = cron if cron is not None else cron_daemon()
         self._said = False  # one line a dispatch: a state it could not read is not written
 
     def due(self, jobs: dict[str, Expr], tz: ZoneInfo, now: dt.datetime | None) -> list[str]:
@@ -149,7 +161,9 @@ class VirtualMinute:
         try:
             now = now or dt.datetime.now(UTC)
             state = self._read()
-            due, new = decide(jobs, now, tz, state, boot=self.boot, monotonic=self.monotonic())
+            due, new = decide(
+                jobs, now, tz, state, boot=self.boot, monotonic=self.monotonic(), cron=self.cron
+            )
             if new is not None:
                 self._write(new)
             return due
@@ -231,3 +245,37 @@ def boot_id() -> str:
         return BOOT_ID.read_text().strip()
     except OSError:
         return ""
+
+
+def cron_daemon(pid: int | None = None) -> str:
+    """`pid:start` (start: clock ticks after boot) of the cron daemon among the ancestors of
+    `pid` (default: this process's parent), "" when there is none: the farthest of the
+    processes named `cron`/`crond` in a row (the daemon, then the child it forks per job)."""
+    found = ""
+    pid = os.getppid() if pid is None else pid
+    for _ in range(MAX_ANCESTORS):
+        fields = _stat(pid) if pid > 1 else None
+        if fields is None:
+            break
+        comm, parent, start = fields
+        if comm in CRON_DAEMONS:
+            found = f"{pid}:{start}"
+        elif found:
+            break
+        pid = parent
+    return found
+
+
+def _stat(pid: int) -> tuple[str, int, str] | None:
+    """(comm, parent pid, start time) of `pid`, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    comm = text[text.find("(") + 1 : text.rfind(")")]
+    fields = text[text.rfind(")") + 2 :].split()  # state, ppid, …, starttime (the 20th)
+    try:
+        return comm, int(fields[1]), fields[19]
+    except (IndexError, ValueError):
+        return None
