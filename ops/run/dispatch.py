@@ -2,8 +2,7 @@
 --dispatcher), starts the crontab.d jobs Debian's cron would have started in that minute.
 
 Which jobs: ops/schedule/firing.py, the model of cron's daemon that bench/faults/f7_clock.py
-checks against the real one (DST nights included), replayed from cron's virtual minute as the
-last dispatch left it (ops/run/virtual_minute.py: OPS_LOCK_DIR/run_due_jobs.state). How: for each due job this process, set up
+checks against the real one (DST nights included). How: for each due job this process, set up
 once, forks; the child forks again and exits at once (reaped here), so the grandchild, the
 job's run_job, belongs to no one here (init, or the nearest subreaper, reaps it) and this
 process never waits for a job. The grandchild is a fresh process as far as run_job can tell
@@ -12,6 +11,9 @@ rather than cron's pipe) and runs run_job's own command with the arguments of th
 installed line (`--log=OPS_LOG_DIR/<job>.log` and its crontab.d options): every guarantee of
 run_job (lock, claim, the job in its own child, timeout, retries, --after, pause, pings,
 history, --catch-up) holds because it is run_job's code.
+
+The model is replayed from cron's virtual minute as the last dispatch left it, kept in
+OPS_LOCK_DIR/run_due_jobs.state (ops/run/virtual_minute.py).
 """
 
 import datetime as dt
