@@ -315,3 +315,20 @@ def test_the_cron_daemon_is_the_farthest_of_the_cron_named_ancestors(tmp_path):
     assert int(found.split(":")[1]) >= int(mine)  # its start time, after this test's
     plain = subprocess.run([sys.executable, "-c", ASK_DAEMON], **run)
     assert plain.stdout == "\n"  # not under cron
+
+
+def test_two_projects_sharing_a_lock_directory_each_start_their_jobs_every_minute(tmp_path):
+    path = tmp_path / "run_due_jobs.state"  # OPS_LOCK_DIR=/run/lock for both, say
+    clock = Clock()
+    said: list[str] = []
+    first, second = (
+        VirtualMinute(path, said.append, boot="b", monotonic=clock, cron="", project=name)
+        for name in ("/srv/a/crontab.d", "/srv/b/crontab.d")
+    )
+    for minute in range(28, 32):
+        assert first.due(JOBS, BERLIN, local(2, minute)) == second.due(
+            JOBS, BERLIN, local(2, minute)
+        )
+        assert second.due(JOBS, BERLIN, local(2, minute)) == []  # its own minute, once
+        clock.at += 60
+    assert said == []

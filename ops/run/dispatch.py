@@ -90,7 +90,11 @@ def due_jobs(
 
 def memory_here(stderr) -> VirtualMinute:
     """The dispatcher's state file in OPS_LOCK_DIR (ops/run/virtual_minute.py)."""
-    return VirtualMinute(conf.lock_dir() / STATE_NAME, lambda message: say(message, stderr))
+    return VirtualMinute(
+        conf.lock_dir() / STATE_NAME,
+        lambda message: say(message, stderr),
+        project=str(conf.crontab_dir()),
+    )
 
 
 def dispatch(

@@ -11,7 +11,8 @@ kept across deploys and reboots like them), and replays the model from it at eac
 When it starts nothing a per-job line would not:
 
 - no usable state (none yet, unreadable, another boot, another TIME_ZONE, another cron daemon:
-  a restarted cron starts with no memory): the minute alone, as a first run (firing.replay:
+  a restarted cron starts with no memory; another project's, in a shared OPS_LOCK_DIR): the
+  minute alone, as a first run (firing.replay:
   the DST offsets of the last 3 h), and a fresh state from there;
 - the same minute again (a second dispatcher line, a slow start overtaken by the next minute's
   dispatcher, cron's late wake-up starting the line once per missed minute): nothing;
@@ -57,6 +58,7 @@ class State:
     reading: dt.datetime  # the clock's minute at the dispatch that wrote this (UTC)
     monotonic: float  # the monotonic clock then (seconds)
     cron: str = ""  # the cron daemon that woke it (pid:start), "" when not known
+    project: str = ""  # whose crontab.d: an OPS_LOCK_DIR shared by two projects shares no state
 
     def dumps(self) -> bytes:
         return json.dumps(
@@ -67,6 +69,7 @@ class State:
                 "reading": self.reading.isoformat(timespec="minutes"),
                 "monotonic": self.monotonic,
                 "cron": self.cron,
+                "project": self.project,
             }
         ).encode()
 
@@ -82,6 +85,7 @@ class State:
                 reading=dt.datetime.fromisoformat(raw["reading"]),
                 monotonic=float(raw["monotonic"]),
                 cron=str(raw.get("cron", "")),
+                project=str(raw.get("project", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a state file ({exc.__class__.__name__})") from None
@@ -99,6 +103,7 @@ def decide(
     boot: str,
     monotonic: float,
     cron: str = "",
+    project: str = "",
 ) -> tuple[list[str], State | None]:
     """The jobs cron starts at this wake-up (`now`, aware), and the state to keep (None: keep
     the one there). `cron`: the daemon that woke this dispatcher ("": run by hand, or not
@@ -110,6 +115,7 @@ def decide(
         and state.boot == boot
         and monotonic >= state.monotonic
         and not (cron and state.cron and cron != state.cron)
+        and state.project == project
     )
     if state is not None and usable:
         if reading == state.reading:
@@ -125,9 +131,9 @@ def decide(
             due = daemon.wake(wall)
             assert daemon.virtual is not None
             kept = cron or state.cron
-            return due, State(tz.key, boot, daemon.virtual, reading, monotonic, kept)
+            return due, State(tz.key, boot, daemon.virtual, reading, monotonic, kept, project)
     due, virtual = replay(jobs, reading, tz)
-    return due, State(tz.key, boot, virtual, reading, monotonic, cron)
+    return due, State(tz.key, boot, virtual, reading, monotonic, cron, project)
 
 
 class VirtualMinute:
@@ -141,12 +147,14 @@ class VirtualMinute:
         boot: str | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         cron: str | None = None,
+        project: str = "",
     ):
         self.path = path
         self.say = say
         self.boot = boot if boot is not None else boot_id()
         self.monotonic = monotonic
         self.cron = cron if cron is not None else cron_daemon()
+        self.project = project
         self._said = False  # one line a dispatch: a state it could not read is not written
 
     def due(self, jobs: dict[str, Expr], tz: ZoneInfo, now: dt.datetime | None) -> list[str]:
@@ -162,7 +170,14 @@ class VirtualMinute:
             now = now or dt.datetime.now(UTC)
             state = self._read()
             due, new = decide(
-                jobs, now, tz, state, boot=self.boot, monotonic=self.monotonic(), cron=self.cron
+                jobs,
+                now,
+                tz,
+                state,
+                boot=self.boot,
+                monotonic=self.monotonic(),
+                cron=self.cron,
+                project=self.project,
             )
             if new is not None:
                 self._write(new)
