@@ -8,6 +8,7 @@ the real daemon under libfaketime; here they are also held against cronsim's fir
 """
 
 import datetime as dt
+import json
 import os
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -377,3 +378,38 @@ def test_a_run_job_forked_by_the_dispatcher_reuses_its_schedule_only_while_the_f
         assert crontabd.load_schedule().jobs[0].schedule == "0 4 * * *"
     finally:
         before_fork._kept = saved
+
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.mark.process
+def test_the_dispatcher_run_twice_in_a_minute_starts_its_jobs_once_and_a_bad_state_is_one_line(
+    sqlite_project,
+):
+    if not LIBFAKETIME.exists():
+        pytest.skip("libfaketime (apt install faketime) holds both runs in one minute")
+    project = sqlite_project
+    project.add_command("stamp", STAMP, 'parser.add_argument("--wait", action="store_true")')
+    use_only(project, "10-jobs.cron", "* * * * * --no-ping --name=every-minute stamp\n")
+
+    def at(minute: str) -> dict:
+        # the clock from `minute`:10 on, in this process and the run_jobs it forks
+        return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": f"@2027-01-04 {minute}:10"}
+
+    for _ in range(2):  # a second line, or cron's late wake-up starting the line again
+        result = project.manage("run_due_jobs", env=at("03:00"))
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    wait_until(finished(project, ["every-minute"]), "the job to finish", 60)
+    state = project.dir / "var" / "lock" / "run_due_jobs.state"
+    assert json.loads(state.read_text())["virtual"] == "2027-01-04T03:00"
+    state.write_text("{not json")
+    result = project.manage("run_due_jobs", env=at("03:01"))
+    assert result.returncode == 0 and not result.stdout
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"cronops: warning: the dispatcher's state {state}: "), line
+    wait_until(lambda: len(project.db.runs("every-minute")) == 2, "the 03:01 run", 60)
+    wait_until(finished(project, ["every-minute"]), "the job to finish", 60)
+    slots = sorted(row[0] for row in project.db.query("SELECT slot FROM ops_slotclaim"))
+    assert len(slots) == 2 and slots[0] != slots[1], slots  # 03:00 once, 03:01 once
+    assert json.loads(state.read_text())["virtual"] == "2027-01-04T03:01"

@@ -8,12 +8,12 @@ minute, so `run_due_jobs` keeps the daemon's virtual minute in a small file,
 `OPS_LOCK_DIR/run_due_jobs.state` (0600, in the lock directory, 0700: the per-job locks' place,
 kept across deploys and reboots like them), and replays the model from it at each wake-up.
 
-When it starts nothing a per-job line would not:
+So that it starts nothing a per-job line would not:
 
 - no usable state (none yet, unreadable, another boot, another TIME_ZONE, another cron daemon:
   a restarted cron starts with no memory; another project's, in a shared OPS_LOCK_DIR): the
-  minute alone, as a first run (firing.replay:
-  the DST offsets of the last 3 h), and a fresh state from there;
+  minute alone, as a first run (firing.replay: the DST offsets of the last 3 h), and a fresh
+  state from there;
 - the same minute again (a second dispatcher line, a slow start overtaken by the next minute's
   dispatcher, cron's late wake-up starting the line once per missed minute): nothing;
 - a gap the real time also took (monotonic clock: the dispatcher was not run, cron stopped, a
@@ -155,7 +155,7 @@ class VirtualMinute:
         self.monotonic = monotonic
         self.cron = cron if cron is not None else cron_daemon()
         self.project = project
-        self._said = False  # one line a dispatch: a state it could not read is not written
+        self._said = False  # one line a dispatch: a file it could not read, not its write too
 
     def due(self, jobs: dict[str, Expr], tz: ZoneInfo, now: dt.datetime | None) -> list[str]:
         """The jobs to start at this wake-up (the clock read under the lock when `now` is
