@@ -332,3 +332,23 @@ def test_two_projects_sharing_a_lock_directory_each_start_their_jobs_every_minut
         assert second.due(JOBS, BERLIN, local(2, minute)) == []  # its own minute, once
         clock.at += 60
     assert said == []
+
+
+def test_a_slow_dispatcher_overtaken_by_the_next_minutes_starts_nothing_and_no_minute_is_lost(
+    tmp_path,
+):
+    clock = Clock()
+    path = tmp_path / "run_due_jobs.state"
+    mem, _ = memory(path, clock)
+    mem.due(JOBS, BERLIN, local(2, 59))
+    # 03:00's dispatcher is slow to start; 03:01's takes the lock first, at 03:01:05: it finds
+    # 03:00 not dispatched (cron's late-wake-up rule) and starts both minutes' jobs.
+    clock.at += 125
+    assert mem.due(JOBS, BERLIN, local(3, 1) + dt.timedelta(seconds=5)) == [
+        "minutely",
+        "quarter",
+        "at0300",
+    ]
+    # 03:00's reads the clock under the lock after it: 03:01:30, a minute dispatched already.
+    clock.at += 25
+    assert mem.due(JOBS, BERLIN, local(3, 1) + dt.timedelta(seconds=30)) == []
