@@ -53,7 +53,11 @@ def write_jobs(root: Path, n: int, command: str) -> list[str]:
 
 
 def forget_runs(root: Path) -> None:
+    """A minute of its own: no history, no claim, and no dispatcher state (the next
+    run_due_jobs is a first run, not a second dispatch of a minute that starts nothing)."""
     import sqlite3
+
+    (root / "var" / "lock" / "run_due_jobs.state").unlink(missing_ok=True)
 
     con = sqlite3.connect(root / "db.sqlite3")
     con.execute("DELETE FROM ops_slotclaim")

@@ -9,6 +9,7 @@ Needs root, Debian's cron running and a Python the throwaway user can execute (`
 
 import json
 import os
+import pwd
 import shlex
 import shutil
 import subprocess
@@ -145,6 +146,17 @@ def test_the_real_cron_daemon_runs_an_installed_job_through_run_job_with_pings(
     assert f"/{PING_KEY}/echo_args/start" in paths
     assert f"/{PING_KEY}/echo_args" in paths
     assert all(r.remote_addr == "127.0.0.1" for r, _ in ping_server.log)
+    if dispatcher:
+        # cron's virtual minute, kept for the next minute (ops/run/virtual_minute.py): the app
+        # user's own, noting the real daemon (not the child it forks for the line)
+        state = app / "var" / "lock" / "run_due_jobs.state"
+        info = state.stat()
+        assert (info.st_uid, info.st_mode & 0o777) == (pwd.getpwnam(cron_user.name).pw_uid, 0o600)
+        daemon = json.loads(state.read_text())["cron"].split(":")[0]
+        found = subprocess.run(["pgrep", "-x", "cron"], capture_output=True, text=True)
+        crons = found.stdout.split()
+        parent = Path(f"/proc/{daemon}/stat").read_text().rsplit(") ", 1)[1].split()[1]
+        assert daemon in crons and parent not in crons
 
 
 def query(app: Path, sql: str):

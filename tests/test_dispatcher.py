@@ -8,6 +8,7 @@ the real daemon under libfaketime; here they are also held against cronsim's fir
 """
 
 import datetime as dt
+import json
 import os
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -103,30 +104,31 @@ def test_on_a_dst_night_the_dispatcher_starts_each_job_exactly_when_crons_per_jo
     assert all(j.name != "booted" for j in timed)  # @reboot keeps its own line
 
 
-# Known divergence (issue 33, found with F7): the dispatcher keeps no virtual minute of its
-# own. It replays cron from the UTC offsets of the last 3 h, so a DST change (an offset change)
-# is met as cron meets it (above), but a change cron sees only through its virtual minute is
-# not: a clock stepped by hand or by NTP (no offset change), and a late wake-up of cron (2-5
-# minutes: a paused VM, a suspend), after which cron starts every line, the dispatcher's
-# included, once per missed minute and the dispatcher, asked each time, answers for the
-# current minute only. Stepped forward or woken late, the fixed-time jobs of the minutes
-# skipped are not started (lost until their next fire or --catch-up); stepped back, they are
-# started again (their claim answers "already done": none runs twice).
+# A clock changed without DST (by hand, by NTP) and a late wake-up of cron: cron sees them only
+# through its virtual minute (firing.py), which the dispatcher keeps in a state file
+# (ops/run/virtual_minute.py). Stepped forward or woken late, cron starts the fixed-time jobs
+# of the skipped minutes; stepped back, it does not start them again.
 CLOCK_CHANGES = {
     # June (no DST): at 02:10 the clock is set to 03:10; at 03:10 it is set back to 02:10
     "stepped forward 1 h": (dt.datetime(2027, 6, 9, 22, 0, tzinfo=UTC), 130, 60),
     "stepped back 1 h": (dt.datetime(2027, 6, 9, 22, 0, tzinfo=UTC), 190, -60),
-    # cron wakes at 02:03 instead of 01:59 (it slept through 4 minutes)
+    # cron wakes at 02:03 instead of 01:59 (it slept through 4 minutes; the clock is right)
     "cron woke 4 minutes late": (dt.datetime(2027, 6, 9, 22, 0, tzinfo=UTC), 119, 4),
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the dispatcher is stateless; only UTC-offset changes (DST) are replayed",
-)
+def remembering(path: Path, monotonic: list[float]):
+    """The dispatcher's state file at `path`, on one boot, its monotonic clock `monotonic[0]`
+    seconds (a test moves it with the real minutes)."""
+    from ops.run.virtual_minute import VirtualMinute
+
+    said: list[str] = []
+    memory = VirtualMinute(path, said.append, boot="a boot", monotonic=lambda: monotonic[0])
+    return memory, said
+
+
 @pytest.mark.parametrize("change", sorted(CLOCK_CHANGES))
-def test_a_clock_changed_without_dst_is_met_by_the_dispatcher_as_cron_meets_it(change):
+def test_a_clock_changed_without_dst_is_met_by_the_dispatcher_as_cron_meets_it(change, tmp_path):
     from ops.run.dispatch import due_jobs
 
     jobs = night_jobs()
@@ -134,23 +136,49 @@ def test_a_clock_changed_without_dst_is_met_by_the_dispatcher_as_cron_meets_it(c
     start, at, step = CLOCK_CHANGES[change]
     late = change.startswith("cron woke")
     # (real minute, what the clock reads) at each of cron's wake-ups (late: the missed minutes
-    # have none).
+    # have none, and the clock is right).
     readings = [
-        (i, start + dt.timedelta(minutes=i + (step if i >= at else 0)))
+        (i, start + dt.timedelta(minutes=i + (step if i >= at and not late else 0)))
         for i in range(300)
         if not (late and at <= i < at + step)
     ]
     daemon = Daemon({j.name: Expr(j.cron_expr) for j in timed})
     for reading in minutes(start - dt.timedelta(hours=4), start - dt.timedelta(minutes=1)):
         daemon.wake(reading.astimezone(BERLIN))
+    monotonic = [0.0]
+    memory, said = remembering(tmp_path / "run_due_jobs.state", monotonic)
     by_cron: dict[str, set] = {j.name: set() for j in timed}
     by_dispatcher: dict[str, set] = {j.name: set() for j in timed}
     for i, reading in readings:
         for name in daemon.wake(reading.astimezone(BERLIN)):
             by_cron[name].add(i)
-        for job in due_jobs(jobs, reading + dt.timedelta(seconds=1), BERLIN):
+        monotonic[0] = 3600.0 + i * 60 + 1
+        for job in due_jobs(jobs, reading + dt.timedelta(seconds=1), BERLIN, memory):
             by_dispatcher[job.name].add(i)
     assert by_dispatcher == by_cron
+    assert said == []
+    # And each is a change the minute alone does not see.
+    if change == "stepped back 1 h":
+        assert by_cron["at0230"] == {150}  # not again at the second 02:30
+        assert 210 in alone(jobs, readings, "at0230")
+    elif change == "stepped forward 1 h":
+        assert by_cron["at0230"] == {130}  # the skipped 02:30, at 03:10
+        assert 130 not in alone(jobs, readings, "at0230")
+    else:
+        assert by_cron["at0200"] == {123}  # the missed 02:00, at 02:03
+        assert alone(jobs, readings, "at0200") == set()
+
+
+def alone(jobs, readings, name: str) -> set[int]:
+    """The real minutes a dispatcher without state starts `name` in."""
+    from ops.run.dispatch import due_jobs
+
+    return {
+        i
+        for i, reading in readings
+        for job in due_jobs(jobs, reading + dt.timedelta(seconds=1), BERLIN)
+        if job.name == name
+    }
 
 
 def use_only(project, name: str, text: str) -> None:
@@ -204,6 +232,7 @@ def test_the_dispatcher_starts_exactly_the_due_jobs_each_through_run_job_with_it
     assert dry.returncode == 0, dry.stderr
     assert [line.split("--name=")[1].split()[0] for line in dry.stdout.splitlines()] == due
     assert project.db.runs() == []  # a dry run starts nothing
+    state = project.dir / "var" / "lock" / "run_due_jobs.state"
 
     result = project.manage("run_due_jobs", "--at", "2027-01-04 03:00")
     assert result.returncode == 0, result.stderr
@@ -219,6 +248,7 @@ def test_the_dispatcher_starts_exactly_the_due_jobs_each_through_run_job_with_it
     assert sorted(p.stem for p in logs.glob("*.log")) == sorted(due)
     for name in due:
         assert f"ran {name} " in (logs / f"{name}.log").read_text()
+    assert not state.exists()  # --at asks as a first run: cron's virtual minute is not touched
 
 
 @pytest.mark.process
@@ -233,6 +263,10 @@ def test_a_long_job_does_not_keep_the_dispatcher_and_it_leaves_no_zombie_and_no_
     out, err = dispatcher.communicate(timeout=60)
     assert dispatcher.returncode == 0, err
     assert (out, err) == ("", "")
+    # cron's virtual minute, kept for the next minute's dispatcher: private to the app user
+    state = project.dir / "var" / "lock" / "run_due_jobs.state"
+    assert state.stat().st_mode & 0o777 == 0o600
+    assert '"virtual": ' in state.read_text()
     log = project.dir / "var" / "log" / "long.log"
     started = wait_until(lambda: "ran long" in read(log) and read(log), "the job to start", 60)
     assert project.db.runs("long")[0][3] == "running"
@@ -362,3 +396,48 @@ def test_the_dispatcher_compiles_the_queries_of_its_run_jobs_before_forking_with
     with CaptureQueriesContext(connection) as queries:
         assert dispatch.warm_queries() is True
     assert not queries.captured_queries
+
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.mark.process
+def test_the_dispatcher_run_twice_in_a_minute_starts_its_jobs_once_and_a_bad_state_is_one_line(
+    sqlite_project,
+):
+    if not LIBFAKETIME.exists():
+        pytest.skip("libfaketime (apt install faketime) holds both runs in one minute")
+    project = sqlite_project
+    project.add_command("stamp", STAMP, 'parser.add_argument("--wait", action="store_true")')
+    use_only(project, "10-jobs.cron", "* * * * * --no-ping --name=every-minute stamp\n")
+
+    def at(minute: str) -> dict:
+        # the clock from `minute`:10 on, in this process and the run_jobs it forks; the
+        # monotonic clock left real (faked, each process's would start at the same reading)
+        return {
+            "LD_PRELOAD": str(LIBFAKETIME),
+            "FAKETIME": f"@2027-01-04 {minute}:10",
+            "DONT_FAKE_MONOTONIC": "1",
+        }
+
+    for _ in range(2):  # a second line, or cron's late wake-up starting the line again
+        result = project.manage("run_due_jobs", env=at("03:00"))
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    wait_until(finished(project, ["every-minute"]), "the job to finish", 60)
+    state = project.dir / "var" / "lock" / "run_due_jobs.state"
+    assert json.loads(state.read_text())["virtual"] == "2027-01-04T03:00"
+    state.write_text("{not json")
+    result = project.manage("run_due_jobs", env=at("03:01"))
+    assert result.returncode == 0 and not result.stdout
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"cronops: warning: the dispatcher's state {state}: "), line
+
+    def both_done():
+        rows = project.db.query("SELECT slot, outcome FROM ops_jobrun ORDER BY id")
+        return rows if len(rows) == 2 and all(r[1] != "running" for r in rows) else None
+
+    rows = wait_until(both_done, "the 03:01 run to finish", 60)
+    # 03:00 once (not again by the second dispatcher), 03:01 once
+    assert [slot[11:16] for slot, _ in rows] == ["03:00", "03:01"], rows
+    assert [outcome for _, outcome in rows] == ["succeeded", "succeeded"], rows
+    assert json.loads(state.read_text())["virtual"] == "2027-01-04T03:01"

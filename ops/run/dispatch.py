@@ -11,6 +11,9 @@ rather than cron's pipe) and runs run_job's own command with the arguments of th
 installed line (`--log=OPS_LOG_DIR/<job>.log` and its crontab.d options): every guarantee of
 run_job (lock, claim, the job in its own child, timeout, retries, --after, pause, pings,
 history, --catch-up) holds because it is run_job's code.
+
+The model is replayed from cron's virtual minute as the last dispatch left it, kept in
+OPS_LOCK_DIR/run_due_jobs.state (ops/run/virtual_minute.py).
 """
 
 import datetime as dt
@@ -34,6 +37,7 @@ from ..schedule.crontabd import CrontabError, Job, load_jobs_leniently, load_sch
 from ..schedule.firing import Expr, due_at
 from . import descendants, origin
 from .output import open_append
+from .virtual_minute import STATE_NAME, VirtualMinute
 
 
 def say(message: str, stream) -> None:
@@ -66,11 +70,31 @@ def scheduled_jobs(stderr=None) -> list[Job]:
     return [job for job in jobs if job.cron_expr is not None]
 
 
-def due_jobs(jobs: list[Job], now: dt.datetime, tz: ZoneInfo) -> list[Job]:
-    """The jobs Debian's cron starts at `now`'s minute (its per-job lines would)."""
+def due_jobs(
+    jobs: list[Job],
+    now: dt.datetime | None,
+    tz: ZoneInfo,
+    memory: VirtualMinute | None = None,
+) -> list[Job]:
+    """The jobs Debian's cron starts at `now`'s minute (its per-job lines would): with
+    `memory`, from cron's virtual minute kept there (`now` None: the clock, read under its
+    lock); without, from the minute alone."""
     by_name = {job.name: job for job in jobs}
     exprs = {job.name: Expr(job.cron_expr) for job in jobs if job.cron_expr is not None}
-    return [by_name[name] for name in due_at(exprs, now, tz)]
+    if memory is not None:
+        names = memory.due(exprs, tz, now)
+    else:
+        names = due_at(exprs, now or timezone.now(), tz)
+    return [by_name[name] for name in names]
+
+
+def memory_here(stderr) -> VirtualMinute:
+    """The dispatcher's state file in OPS_LOCK_DIR (ops/run/virtual_minute.py)."""
+    return VirtualMinute(
+        conf.lock_dir() / STATE_NAME,
+        lambda message: say(message, stderr),
+        project=str(conf.crontab_dir()),
+    )
 
 
 def dispatch(
@@ -80,12 +104,15 @@ def dispatch(
     stderr=None,
     dry_run: bool = False,
     start: "Callable[[list[str], Path], int] | None" = None,
+    memory: VirtualMinute | None = None,
 ) -> list[Started]:
-    """Start a run_job for every job due at `now` (default: this minute); never waits for one."""
-    now = now or timezone.now()
+    """Start a run_job for every job due at `now` (default: this minute); never waits for one.
+    `memory`: cron's virtual minute, kept between minutes (none: the minute alone)."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     tz = ZoneInfo(settings.TIME_ZONE)
-    due = due_jobs(scheduled_jobs(stderr), now, tz)
+    if dry_run:
+        memory, now = None, now or timezone.now()  # a question: it changes no state
+    due = due_jobs(scheduled_jobs(stderr), now, tz, memory)
     log_dir = conf.log_dir()
     planned = [(job, run_job_argv(job, log_dir)) for job in due]
     if dry_run:

@@ -96,7 +96,12 @@ class Daemon:
 
 
 def due_at(jobs: dict[str, Expr], now: dt.datetime, tz: ZoneInfo) -> list[str]:
-    """The jobs Debian's cron, running in `tz` and woken every minute, starts at `now`'s minute.
+    """The jobs Debian's cron, running in `tz` and woken every minute, starts at `now`'s minute."""
+    return replay(jobs, now, tz)[0]
+
+
+def replay(jobs: dict[str, Expr], now: dt.datetime, tz: ZoneInfo) -> tuple[list[str], dt.datetime]:
+    """due_at's jobs, and the daemon's virtual minute after that wake-up (naive wall clock).
 
     Without a change of UTC offset in the last 3 h the daemon's virtual minute is simply the
     previous minute: the jobs matching the wall clock. Around one (a DST night) the daemon is
@@ -104,14 +109,15 @@ def due_at(jobs: dict[str, Expr], now: dt.datetime, tz: ZoneInfo) -> list[str]:
     daemon meets it."""
     now = now.astimezone(UTC).replace(second=0, microsecond=0)
     first = now - LOOKBACK
+    wall = now.astimezone(tz).replace(tzinfo=None)
     if first.astimezone(tz).utcoffset() == now.astimezone(tz).utcoffset():
-        wall = now.astimezone(tz).replace(tzinfo=None)
-        return Daemon(jobs)._due(wall)
+        return Daemon(jobs)._due(wall), wall
     daemon = Daemon(jobs)
     due: list[str] = []
     for reading in minutes(first, now):
         due = daemon.wake(reading.astimezone(tz))
-    return due
+    assert daemon.virtual is not None  # woken at least once
+    return due, daemon.virtual
 
 
 def minutes(first: dt.datetime, last: dt.datetime) -> Iterable[dt.datetime]:

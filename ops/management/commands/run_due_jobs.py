@@ -20,8 +20,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--at",
             metavar="'YYYY-MM-DD HH:MM'",
-            help="the minute to dispatch for, in TIME_ZONE (default: now); with --dry-run, "
-            "which jobs cron starts then (a DST night, say)",
+            help="the minute to dispatch for, in TIME_ZONE (default: now), as a first run "
+            "would (the dispatcher's state is neither read nor written); with --dry-run, which "
+            "jobs cron starts then (a DST night, say)",
         )
 
     def run_from_argv(self, argv):
@@ -44,8 +45,16 @@ class Command(BaseCommand):
         try:
             if log.problem:
                 self.stderr.write(f"cronops: error: {log.problem}")
+            stderr = self.stderr._out
+            # cron's virtual minute, kept between minutes; `--at` asks about a minute as a
+            # first run would, without it
+            memory = None if now else dispatch.memory_here(stderr)
             started = dispatch.dispatch(
-                now, stdout=self.stdout._out, stderr=self.stderr._out, dry_run=options["dry_run"]
+                now,
+                stdout=self.stdout._out,
+                stderr=stderr,
+                dry_run=options["dry_run"],
+                memory=memory,
             )
         finally:
             log.close()
