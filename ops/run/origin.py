@@ -83,14 +83,10 @@ def os_user() -> str:
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
     """(comm, parent pid, controlling terminal's device number or 0) of `pid`, or None."""
+    from .process import stat_of
+
+    found = stat_of(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    comm = text[text.find("(") + 1 : text.rfind(")")]
-    fields = text[text.rfind(")") + 2 :].split()  # state, ppid, pgrp, session, tty_nr, ...
-    try:
-        return comm, int(fields[1]), int(fields[4])
+        return (found[0], int(found[1][1]), int(found[1][4])) if found else None
     except (IndexError, ValueError):
         return None

@@ -57,6 +57,17 @@ def _stat_fields(pid: int) -> list[bytes] | None:
     return fields if len(fields) > 19 else None
 
 
+def stat_of(pid: int) -> tuple[str, list[str]] | None:
+    """(command name, the fields after it: [0] the state, [1] the parent pid, [4] the
+    controlling terminal, [19] the start time) of /proc/<pid>/stat, or None."""
+    try:
+        with open(f"{PROC}/{pid}/stat", "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return text[text.find("(") + 1 : text.rfind(")")], text[text.rfind(")") + 2 :].split()
+
+
 def is_zombie(pid: int) -> bool:
     """A process that has ended but was not yet waited for (state Z, or X while it goes): it
     keeps its pid and start time in /proc, and runs nothing."""

@@ -283,14 +283,10 @@ def cron_daemon(pid: int | None = None) -> str:
 
 def _stat(pid: int) -> tuple[str, int, str] | None:
     """(comm, parent pid, start time) of `pid`, or None."""
+    from .process import stat_of
+
+    found = stat_of(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    comm = text[text.find("(") + 1 : text.rfind(")")]
-    fields = text[text.rfind(")") + 2 :].split()  # state, ppid, …, starttime (the 20th)
-    try:
-        return comm, int(fields[1]), fields[19]
+        return (found[0], int(found[1][1]), found[1][19]) if found else None
     except (IndexError, ValueError):
         return None
