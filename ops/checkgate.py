@@ -75,7 +75,8 @@ def static_checks() -> bool:
 def model_check(cls, /, **kwargs):
     """Django's checks of one of cronops' models (`check = classmethod(model_check)`): those
     that depend on a database (a partial unique constraint on MySQL) when given one (`check
-    --database`, `migrate`, `test`), the rest under static_checks()."""
+    --database`, `migrate`, `test`; Django 6 gives every command's checks the databases), the
+    rest under static_checks()."""
     from django.db.models import Model
 
     if kwargs.get("databases") or cls._meta.app_label != "ops" or static_checks():

@@ -122,7 +122,7 @@ def _default_signals() -> None:
     for sig in raw.valid_signals():
         with contextlib.suppress(OSError, ValueError, TypeError):
             if callable(raw.getsignal(sig)):
-                raw.signal(sig, signal.SIG_DFL)
+                raw.signal(sig, int(signal.SIG_DFL))  # _signal refuses the enum: an int
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
