@@ -37,7 +37,6 @@ class Outcome:
         (BLOCKED, "Blocked"),
     ]
     values = [value for value, _ in choices]
-    labels = [label for _, label in choices]
 
 
 class Trigger:

@@ -23,6 +23,7 @@ import pwd
 
 from ..models import JobAction, Trigger
 from ..values import Value
+from .process import stat_of
 
 CRON_DAEMONS = ("cron", "crond")  # /proc/<pid>/comm of Debian's cron (and cronie's, busybox's)
 MAX_ANCESTORS = 64
@@ -83,8 +84,6 @@ def os_user() -> str:
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
     """(comm, parent pid, controlling terminal's device number or 0) of `pid`, or None."""
-    from .process import stat_of
-
     found = stat_of(pid)
     try:
         return (found[0], int(found[1][1]), int(found[1][4])) if found else None

@@ -30,7 +30,8 @@ class Identity(Value, frozen=True):
         return f"pid {self.pid} (boot {boot}, pid namespace {self.pid_ns}, start {self.started})"
 
 
-def _boot_id() -> str:
+def boot_id() -> str:
+    """The kernel's id of this boot ("" where there is none)."""
     try:
         with open(f"{PROC}/sys/kernel/random/boot_id", "rb") as file:  # no pathlib: per try
             return file.read().decode().strip()
@@ -45,25 +46,16 @@ def _pid_ns() -> int | None:
         return None
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
-    """The fields of /proc/<pid>/stat after the command name (which may hold spaces and ')'):
-    [0] is the state, [19] the start time."""
-    try:
-        with open(f"{PROC}/{pid}/stat", "rb") as file:
-            stat = file.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(b")") + 2 :].split() if b")" in stat else []
-    return fields if len(fields) > 19 else None
-
-
 def stat_of(pid: int) -> tuple[str, list[str]] | None:
     """(command name, the fields after it: [0] the state, [1] the parent pid, [4] the
-    controlling terminal, [19] the start time) of /proc/<pid>/stat, or None."""
+    controlling terminal, [19] the start time) of /proc/<pid>/stat, or None. The name may hold
+    spaces and ')': the fields start after the last one."""
     try:
-        with open(f"{PROC}/{pid}/stat", "rb") as f:
-            text = f.read().decode("utf-8", "replace")
+        with open(f"{PROC}/{pid}/stat", "rb") as file:  # no pathlib: per claim try
+            text = file.read().decode("utf-8", "replace")
     except OSError:
+        return None
+    if ")" not in text:
         return None
     return text[text.find("(") + 1 : text.rfind(")")], text[text.rfind(")") + 2 :].split()
 
@@ -71,23 +63,23 @@ def stat_of(pid: int) -> tuple[str, list[str]] | None:
 def is_zombie(pid: int) -> bool:
     """A process that has ended but was not yet waited for (state Z, or X while it goes): it
     keeps its pid and start time in /proc, and runs nothing."""
-    fields = _stat_fields(pid)
-    return fields is not None and fields[0] in (b"Z", b"X")
+    found = stat_of(pid)
+    return found is not None and found[1][:1] in (["Z"], ["X"])
 
 
 def start_time(pid: int) -> int | None:
     """Field 22 of /proc/<pid>/stat: clock ticks after boot."""
-    fields = _stat_fields(pid)
+    found = stat_of(pid)
     try:
-        return int(fields[19]) if fields is not None else None
-    except ValueError:
+        return int(found[1][19]) if found is not None else None
+    except (IndexError, ValueError):
         return None
 
 
 def identify(pid: int | None = None) -> Identity:
     """The identity of process `pid` (default: this process) as seen from this process."""
     pid = os.getpid() if pid is None else pid
-    return Identity(boot_id=_boot_id(), pid_ns=_pid_ns(), pid=pid, started=start_time(pid))
+    return Identity(boot_id=boot_id(), pid_ns=_pid_ns(), pid=pid, started=start_time(pid))
 
 
 def same_machine(holder: Identity, me: Identity) -> bool:

@@ -39,13 +39,13 @@ from zoneinfo import ZoneInfo
 
 from ..schedule.firing import Daemon, Expr, replay
 from .lock import ensure_lock_dir, open_lock_file
+from .process import boot_id, stat_of
 
 UTC = dt.UTC
 STATE_NAME = "run_due_jobs.state"  # job names have no dot: never a job's `<name>.lock`
 LOCK_PATIENCE = 10.0  # seconds; the lock is held for a read, a decision and a rename
 LATE_WAKEUP = 5  # minutes: cron starts every job of a late wake-up's missed minutes up to this
 MAX_BYTES = 4096
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 CRON_DAEMONS = ("cron", "crond")  # as ops/run/origin.py (which imports the models)
 MAX_ANCESTORS = 64
 
@@ -254,14 +254,6 @@ class VirtualMinute:
             )
 
 
-def boot_id() -> str:
-    """The kernel's id of this boot (empty where there is none)."""
-    try:
-        return BOOT_ID.read_text().strip()
-    except OSError:
-        return ""
-
-
 def cron_daemon(pid: int | None = None) -> str:
     """`pid:start` (start: clock ticks after boot) of the cron daemon among the ancestors of
     `pid` (default: this process's parent), "" when there is none: the farthest of the
@@ -283,8 +275,6 @@ def cron_daemon(pid: int | None = None) -> str:
 
 def _stat(pid: int) -> tuple[str, int, str] | None:
     """(comm, parent pid, start time) of `pid`, or None."""
-    from .process import stat_of
-
     found = stat_of(pid)
     try:
         return (found[0], int(found[1][1]), found[1][19]) if found else None
