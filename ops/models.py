@@ -1,3 +1,6 @@
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
 from django.db import models
 
 from .checkgate import model_check
@@ -62,7 +65,48 @@ class Trigger:
 
 WHO_CHARS = 18  # of a user's name in started_how
 
+M = TypeVar("M", bound=models.Model)
 
+
+def named(
+    *, indexes: Sequence[models.Index] = (), constraints: Sequence[models.BaseConstraint] = ()
+) -> Callable[[type[M]], type[M]]:
+    """A model's indexes and constraints, each named already, set as Django leaves those of its
+    Meta: Django clones Meta's (to put the app and class into names like "%(class)s_x") and
+    deep-copies the indexes once more as it builds the class, ~0.16 M instructions an index and
+    0.09 M a constraint on every command of the project (bench/RESULTS.md, P9). Migrations and
+    checks read them from _meta as they would from Meta (tests/test_migrations.py)."""
+
+    def give(model: type[M]) -> type[M]:
+        items: list[models.Index | models.BaseConstraint] = [*indexes, *constraints]
+        for item in items:
+            if not item.name or "%(" in item.name:
+                raise ValueError(f"{model.__name__}: {item!r} needs its final name")
+        meta = model._meta
+        meta.indexes, meta.constraints = list(indexes), list(constraints)
+        # how ModelState.from_model (makemigrations) knows Meta declared them
+        meta.original_attrs.update(indexes=meta.indexes, constraints=meta.constraints)
+        return model
+
+    return give
+
+
+@named(
+    indexes=[
+        models.Index(fields=["job", "-started_at"], name="ops_run_job_started"),
+        models.Index(fields=["job", "outcome", "-started_at"], name="ops_run_job_outcome"),
+        # job_status's last success: the latest slot that succeeded, whenever it ran
+        models.Index(fields=["job", "outcome", "-scheduled_at"], name="ops_run_job_outcome_sched"),
+    ],
+    constraints=[
+        # Every fire of a paused slot (a second server's, a retry) finds this row: one skip.
+        models.UniqueConstraint(
+            fields=["job", "slot"],
+            condition=models.Q(paused=True) & ~models.Q(slot=""),
+            name="ops_run_one_pause_per_slot",
+        ),
+    ],
+)
 class JobRun(models.Model):
     """One attempt of one job: every run, skip and dead attempt is kept (the history)."""
 
@@ -111,22 +155,6 @@ class JobRun(models.Model):
 
     class Meta:
         ordering = ["-started_at", "-id"]
-        indexes = [
-            models.Index(fields=["job", "-started_at"], name="ops_run_job_started"),
-            models.Index(fields=["job", "outcome", "-started_at"], name="ops_run_job_outcome"),
-            # job_status's last success: the latest slot that succeeded, whenever it ran
-            models.Index(
-                fields=["job", "outcome", "-scheduled_at"], name="ops_run_job_outcome_sched"
-            ),
-        ]
-        constraints = [
-            # Every fire of a paused slot (a second server's, a retry) finds this row: one skip.
-            models.UniqueConstraint(
-                fields=["job", "slot"],
-                condition=models.Q(paused=True) & ~models.Q(slot=""),
-                name="ops_run_one_pause_per_slot",
-            ),
-        ]
 
     def __str__(self) -> str:
         return f"{self.job} {self.slot or self.started_at.isoformat()} {self.outcome}"
@@ -149,6 +177,16 @@ class JobRun(models.Model):
         return how.get(self.trigger, f"{who} (Jobs page)" if who else "-")  # before ops 0011
 
 
+@named(
+    constraints=[models.UniqueConstraint(fields=["job", "slot"], name="ops_claim_one_per_slot")],
+    indexes=[
+        # catch-up's floor: a job's first claim and its latest success, by slot instant
+        models.Index(fields=["job", "scheduled_at"], name="ops_claim_job_sched"),
+        models.Index(fields=["job", "state", "scheduled_at"], name="ops_claim_job_state"),
+        # a once-a-day slot is done when its date succeeded under any key
+        models.Index(fields=["job", "logical_date"], name="ops_claim_job_date"),
+    ],
+)
 class SlotClaim(models.Model):
     """The claim on one slot of one job: a unique row that only one run at a time can own.
 
@@ -189,22 +227,14 @@ class SlotClaim(models.Model):
 
     check = classmethod(model_check)  # under ops/checkgate.py's commands only
 
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["job", "slot"], name="ops_claim_one_per_slot"),
-        ]
-        indexes = [
-            # catch-up's floor: a job's first claim and its latest success, by slot instant
-            models.Index(fields=["job", "scheduled_at"], name="ops_claim_job_sched"),
-            models.Index(fields=["job", "state", "scheduled_at"], name="ops_claim_job_state"),
-            # a once-a-day slot is done when its date succeeded under any key
-            models.Index(fields=["job", "logical_date"], name="ops_claim_job_date"),
-        ]
-
     def __str__(self) -> str:
         return f"{self.job} {self.slot} {self.state}"
 
 
+@named(
+    constraints=[models.UniqueConstraint(fields=["job", "slot", "key"], name="ops_effect_once")],
+    indexes=[models.Index(fields=["job", "created_at"], name="ops_effect_job_created")],
+)
 class Effect(models.Model):
     """An effect a job did for its slot, marked by `ops.once(key)` in the transaction that did
     it: one row per (job, slot, key), so a run that redoes the slot (a standby after a
@@ -222,10 +252,6 @@ class Effect(models.Model):
     check = classmethod(model_check)  # under ops/checkgate.py's commands only
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["job", "slot", "key"], name="ops_effect_once"),
-        ]
-        indexes = [models.Index(fields=["job", "created_at"], name="ops_effect_job_created")]
         verbose_name = "effect done once"
         verbose_name_plural = "effects done once"
 
@@ -245,6 +271,16 @@ class Job(JobRun):
         permissions = [("run_job", "Can pause, resume and run jobs from the jobs page")]
 
 
+@named(
+    indexes=[models.Index(fields=["job", "-since"], name="ops_pause_job_since")],
+    constraints=[
+        models.UniqueConstraint(
+            fields=["job"],
+            condition=models.Q(ended_at__isnull=True),
+            name="ops_pause_one_open_per_job",
+        ),
+    ],
+)
 class JobPause(models.Model):
     """A pause of one job (`job_pause`, the jobs page). While it lasts the job's fires run
     nothing and record their slot as a skip; it ends by `job_resume` or at `until`. Kept once
@@ -270,19 +306,12 @@ class JobPause(models.Model):
 
     class Meta:
         ordering = ["-since", "-id"]
-        indexes = [models.Index(fields=["job", "-since"], name="ops_pause_job_since")]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["job"],
-                condition=models.Q(ended_at__isnull=True),
-                name="ops_pause_one_open_per_job",
-            ),
-        ]
 
     def __str__(self) -> str:
         return f"{self.job} paused {self.since:%Y-%m-%d %H:%M} by {self.paused_by}"
 
 
+@named(indexes=[models.Index(fields=["job", "-at"], name="ops_action_job_at")])
 class JobAction(models.Model):
     """The audit trail: every pause, resume, run now and run again, by whom and when."""
 
@@ -316,7 +345,6 @@ class JobAction(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
-        indexes = [models.Index(fields=["job", "-at"], name="ops_action_job_at")]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.job} by {self.username}"

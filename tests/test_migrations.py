@@ -1,4 +1,5 @@
-"""Claims written before issue 9 keep working after `migrate` (SQLite and PostgreSQL).
+"""cronops' migrations: claims written before issue 9 keep working after `migrate` (SQLite and
+PostgreSQL), and the models need no migration the migrations lack.
 
 Old slot keys were wall-clock text ("2026-10-25 02:30"); migration 0002 gives them their UTC
 offset in TIME_ZONE ("2026-10-25 02:30+02:00", the first occurrence for a repeated time) and the
@@ -6,8 +7,14 @@ claim its `scheduled_at`. A once-a-day job's old key for a date counts as that d
 """
 
 import datetime as dt
+import io
 from zoneinfo import ZoneInfo
 
+import pytest
+from django.core.management import call_command
+from django.db import models
+
+from ops.models import JobRun, named
 from ops.schedule.slots import current_slot, time_key
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -110,3 +117,43 @@ def _utc(value) -> dt.datetime:
     if isinstance(value, str):  # SQLite: Django's text in UTC
         return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
     return value.astimezone(dt.UTC)
+
+
+def makemigrations_check() -> str:
+    """What `manage.py makemigrations ops --check --dry-run` says, raising SystemExit(1) as the
+    command does when ops' models ask for a migration its migrations do not have."""
+    out = io.StringIO()
+    call_command("makemigrations", "ops", check=True, dry_run=True, stdout=out, verbosity=3)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_cronops_models_need_no_migration_its_migrations_lack():
+    assert "No changes detected" in makemigrations_check()
+
+
+@pytest.mark.django_db
+def test_an_index_or_constraint_missing_from_the_migrations_is_found(monkeypatch):
+    """The indexes and constraints set by ops.models.named() are the ones migrations read: one
+    more of each, or one fewer, is a change."""
+    meta = JobRun._meta
+    more = models.Index(fields=["job", "host"], name="ops_run_job_host")
+    for name, value in [
+        ("indexes", [*meta.indexes, more]),
+        ("indexes", meta.indexes[1:]),
+        ("constraints", []),
+    ]:
+        with monkeypatch.context() as patched:
+            patched.setattr(meta, name, value)
+            with pytest.raises(SystemExit) as exited:
+                makemigrations_check()
+        assert exited.value.code == 1
+
+
+def test_named_wants_each_index_and_constraint_named_in_full():
+    unnamed = models.Index(fields=["job"])
+    with pytest.raises(ValueError, match="needs its final name"):
+        named(indexes=[unnamed])(JobRun)
+    templated = models.UniqueConstraint(fields=["job"], name="%(class)s_job")
+    with pytest.raises(ValueError, match="needs its final name"):
+        named(constraints=[templated])(JobRun)
