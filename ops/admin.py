@@ -20,7 +20,8 @@ from django.contrib.admin.options import FORMFIELD_FOR_DBFIELD_DEFAULTS
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import reverse
+from django.urls.resolvers import RoutePattern, URLPattern
 from django.utils import timezone
 from django.utils.html import format_html
 from django.views.generic import RedirectView
@@ -102,6 +103,16 @@ class JobFilter(admin.SimpleListFilter):
         return queryset
 
 
+class OwnURL(URLPattern):
+    """A URL of cronops' admin pages (Django's path() builds the same): Django's checks of it
+    (of its route, name and view: cronops' code) run where those of its ModelAdmins do."""
+
+    def check(self):
+        from .checkgate import static_checks
+
+        return super().check() if static_checks() else []
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     def __init__(self, model, admin_site):
         if type(self).__module__ != __name__:  # a project's subclass: Django's, whole
@@ -139,7 +150,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def get_urls(self):
         """Django's ModelAdmin.get_urls, routes and names alike (tests/test_admin.py compares
         them), each view wrapped once, by guarded()."""
-        return [path(route, guarded(self, view), name=name) for route, view, name in self.views()]
+        return [
+            OwnURL(RoutePattern(route, name=name, is_endpoint=True), guarded(self, view), None, name)
+            for route, view, name in self.views()
+        ]
 
     def views(self) -> list[tuple[str, Callable, str | None]]:
         """(route, view, URL name) of each page of this admin."""

@@ -9,6 +9,7 @@ of cronops' own code, as model_check and static_checks() say. Everything else he
 cronops setting from the cronops command that uses it (run_job, install_crontab).
 """
 
+import functools
 import sys
 import types
 from pathlib import Path
@@ -39,7 +40,17 @@ def command() -> str | None:
                 if called_by != "execute":  # not execute's own call: asked for
                     return "check"
         frame = frame.f_back
-    argv = sys.argv
+    return launched()
+
+
+def launched() -> str | None:
+    """The command word of manage.py's (django-admin's, `python -m django`'s) command line; None
+    for another program's (a script, pytest)."""
+    return _command_word(tuple(sys.argv))
+
+
+@functools.lru_cache(maxsize=4)
+def _command_word(argv: tuple[str, ...]) -> str | None:
     launcher = Path(argv[0]).parts[-2:] if argv else ()
     if not launcher or len(argv) < 2:
         return None
@@ -69,7 +80,9 @@ def static_checks() -> bool:
     change (Django's checks of its ModelAdmins and the database-free checks of its models):
     outside a management command only, where cronops' test suite asks for them
     (tests/test_checkgate.py); a project's commands, `check` included, would only pay for them."""
-    return command() is None
+    # manage.py's command line answers without the stack (~30 k instructions a look, and each
+    # of cronops' models, ModelAdmins and admin URLs asks)
+    return launched() is None and command() is None
 
 
 def model_check(cls, /, **kwargs):

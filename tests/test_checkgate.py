@@ -10,9 +10,10 @@ from django.core.checks import run_checks
 from django.core.management.base import BaseCommand
 from django.db import models
 from django.test.utils import isolate_apps
+from django.urls.resolvers import RoutePattern
 
 from ops import checkgate
-from ops.admin import ReadOnlyAdmin
+from ops.admin import OwnURL, ReadOnlyAdmin
 from ops.checkgate import model_check
 from ops.models import Effect, Job, JobAction, JobPause, JobRun, SlotClaim
 
@@ -119,6 +120,7 @@ def test_djangos_checks_of_cronops_models_and_admin_find_nothing():
     ours = [a for m, a in site._registry.items() if m._meta.app_label == "ops"]
     assert len(ours) == 5
     assert [a.check() for a in ours] == [[]] * 5
+    assert [m for a in ours for url in a.get_urls() for m in url.check()] == []
     assert [m for m in run_checks() if m.id and m.id.startswith(("admin.", "models."))] == []
 
 
@@ -141,11 +143,15 @@ def test_a_fault_in_cronops_own_code_is_found_by_its_tests_and_costs_no_command(
         list_display = ["no_such_field"]  # admin.E108
 
     BrokenAdmin.__module__ = "ops.admin"  # one of ops' own (a project's are checked: below)
+    # and an admin URL whose route begins with "/" (urls.W002)
+    broken_url = OwnURL(RoutePattern("/history/", is_endpoint=True), lambda request: None)
     assert [m.id for m in Broken.check()] == ["fields.E121"]
     assert [m.id for m in BrokenAdmin(Broken, AdminSite()).check()] == ["admin.E108"]
+    assert [m.id for m in broken_url.check()] == ["urls.W002"]
     monkeypatch.setattr("sys.argv", ["manage.py", "check"])  # also under `check` itself
     assert Broken.check() == []
     assert BrokenAdmin(Broken, AdminSite()).check() == []
+    assert broken_url.check() == []
     # but a database's own rules are checked when `check --database` (or migrate) asks
     assert [m.id for m in Broken.check(databases=["default"])] == ["fields.E121"]
 
