@@ -149,9 +149,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def get_urls(self):
         """Django's ModelAdmin.get_urls, routes and names alike (tests/test_admin.py compares
-        them), each view wrapped once, by guarded()."""
+        them), each view wrapped once, by guarded(); built as path() builds them."""
         return [
-            OwnURL(RoutePattern(route, name=name, is_endpoint=True), guarded(self, view), None, name)
+            OwnURL(RoutePattern(route, name, is_endpoint=True), guarded(self, view), None, name)
             for route, view, name in self.views()
         ]
 
