@@ -104,8 +104,9 @@ class JobFilter(admin.SimpleListFilter):
 
 
 class OwnURL(URLPattern):
-    """A URL of cronops' admin pages (Django's path() builds the same): Django's checks of it
-    (of its route, name and view: cronops' code) run where those of its ModelAdmins do."""
+    """A URL of one of cronops' own ModelAdmins (Django's path() builds the same): Django's
+    checks of it (of its route, name and view: cronops' code) run where those of its
+    ModelAdmins do."""
 
     def check(self):
         from .checkgate import static_checks
@@ -150,8 +151,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def get_urls(self):
         """Django's ModelAdmin.get_urls, routes and names alike (tests/test_admin.py compares
         them), each view wrapped once, by guarded(); built as path() builds them."""
+        # a project's subclass may add URLs of its own: checked as any of the project's
+        url = OwnURL if type(self).__module__ == __name__ else URLPattern
         return [
-            OwnURL(RoutePattern(route, name, is_endpoint=True), guarded(self, view), None, name)
+            url(RoutePattern(route, name, is_endpoint=True), guarded(self, view), None, name)
             for route, view, name in self.views()
         ]
 

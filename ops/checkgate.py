@@ -1,12 +1,13 @@
 """Which commands run cronops' system checks, and Django's checks of its models and admin.
 
 Django runs the system checks before most commands of a project. cronops' (ops/checks.py) and
-Django's checks of cronops' six models and five ModelAdmins cost every one of them ~2 % of a
-start (bench/RESULTS.md, P9), for problems of a deploy and a developer, not of `manage.py
-clearsessions`: cronops' checks run under the commands in CHECKING, and wherever the checks are
-asked for outside a management command (a script's or a test's `run_checks()`); Django's checks
-of cronops' own code, as model_check and static_checks() say. Everything else hears of a broken
-cronops setting from the cronops command that uses it (run_job, install_crontab).
+Django's checks of cronops' six models, five ModelAdmins and their URLs cost every one of them
+~2 % of a start (bench/RESULTS.md, P9), for problems of a deploy and a developer, not of
+`manage.py clearsessions`: cronops' checks run under the commands in CHECKING, and wherever the
+checks are asked for outside a management command (a script's or a test's `run_checks()`);
+Django's checks of cronops' own code, as model_check and static_checks() say. Everything else
+hears of a broken cronops setting from the cronops command that uses it (run_job,
+install_crontab).
 """
 
 import functools
@@ -77,7 +78,8 @@ def checking(commands: frozenset[str] = CHECKING) -> bool:
 
 def static_checks() -> bool:
     """Whether to run checks of cronops' own code that no setting, database or crontab.d can
-    change (Django's checks of its ModelAdmins and the database-free checks of its models):
+    change (Django's checks of its ModelAdmins, their URLs and the database-free checks of its
+    models):
     outside a management command only, where cronops' test suite asks for them
     (tests/test_checkgate.py); a project's commands, `check` included, would only pay for them."""
     # manage.py's command line answers without the stack (~30 k instructions a look, and each

@@ -71,18 +71,22 @@ M = TypeVar("M", bound=models.Model)
 def named(
     *, indexes: Sequence[models.Index] = (), constraints: Sequence[models.BaseConstraint] = ()
 ) -> Callable[[type[M]], type[M]]:
-    """A model's indexes and constraints, each named already, set as Django leaves those of its
-    Meta: Django clones Meta's (to put the app and class into names like "%(class)s_x") and
-    deep-copies the indexes once more as it builds the class, ~0.16 M instructions an index and
-    0.09 M a constraint on every command of the project (bench/RESULTS.md, P9). Migrations and
-    checks read them from _meta as they would from Meta (tests/test_migrations.py)."""
+    """A concrete model's indexes and constraints, each named already, set as Django leaves
+    those of its Meta: Django clones Meta's (to put the app and class into names like
+    "%(class)s_x") and deep-copies the indexes once more as it builds the class, ~0.16 M
+    instructions an index and 0.09 M a constraint on every command of the project
+    (bench/RESULTS.md, P9). Migrations read them from _meta as they would from Meta
+    (tests/test_migrations.py), and so do Django's checks (tests/test_checkgate.py); a
+    `class_prepared` receiver, which runs while Django builds the class, sees none yet."""
 
     def give(model: type[M]) -> type[M]:
+        meta = model._meta
+        if meta.abstract or meta.proxy or meta.indexes or meta.constraints:
+            raise ValueError(f"{model.__name__}: named() is for a concrete model without Meta's")
         items: list[models.Index | models.BaseConstraint] = [*indexes, *constraints]
         for item in items:
             if not item.name or "%(" in item.name:
                 raise ValueError(f"{model.__name__}: {item!r} needs its final name")
-        meta = model._meta
         meta.indexes, meta.constraints = list(indexes), list(constraints)
         # how ModelState.from_model (makemigrations) knows Meta declared them
         meta.original_attrs.update(indexes=meta.indexes, constraints=meta.constraints)

@@ -296,3 +296,25 @@ def test_a_projects_subclass_of_a_read_only_admin_gets_djangos_set_up_whole():
     assert models.DateTimeField in mine.formfield_overrides  # Django's defaults merged in
     mine.formfield_overrides = {}
     assert mine.formfield_overrides == {}
+
+
+def test_a_projects_subclass_of_an_ops_admin_has_its_urls_checked_under_its_commands(
+    monkeypatch,
+):
+    """cronops' own admin URLs are checked in its test suite only (OwnURL); a project's
+    subclass may add routes of its own, and `manage.py check` checks them as the project's."""
+    from django.contrib.admin import site
+
+    from ops.admin import JobRunAdmin
+
+    def extra(request):
+        return None
+
+    class MyRunAdmin(JobRunAdmin):
+        def views(self):
+            return [*super().views(), ("/extra/", extra, "extra")]
+
+    monkeypatch.setattr("sys.argv", ["manage.py", "check"])
+    found = [m.id for url in MyRunAdmin(JobRun, site).get_urls() for m in url.check()]
+    assert found == ["urls.W002"]  # the route beginning with "/"
+    assert [m for url in JobRunAdmin(JobRun, site).get_urls() for m in url.check()] == []

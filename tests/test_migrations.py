@@ -13,8 +13,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.management import call_command
 from django.db import models
+from django.test.utils import isolate_apps
 
-from ops.models import JobRun, named
+from ops.models import Job, JobRun, named
 from ops.schedule.slots import current_slot, time_key
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -150,10 +151,41 @@ def test_an_index_or_constraint_missing_from_the_migrations_is_found(monkeypatch
         assert exited.value.code == 1
 
 
+@isolate_apps("ops")
 def test_named_wants_each_index_and_constraint_named_in_full():
+    class Bare(models.Model):
+        job = models.CharField(max_length=10)
+
+        class Meta:
+            app_label = "ops"
+
+        def __str__(self) -> str:
+            return self.job
+
     unnamed = models.Index(fields=["job"])
     with pytest.raises(ValueError, match="needs its final name"):
-        named(indexes=[unnamed])(JobRun)
+        named(indexes=[unnamed])(Bare)
     templated = models.UniqueConstraint(fields=["job"], name="%(class)s_job")
     with pytest.raises(ValueError, match="needs its final name"):
-        named(constraints=[templated])(JobRun)
+        named(constraints=[templated])(Bare)
+    assert Bare._meta.indexes == Bare._meta.constraints == []  # nothing set by a refusal
+    index = models.Index(fields=["job"], name="ops_bare_job")
+    assert named(indexes=[index])(Bare)._meta.indexes == [index]
+
+
+@isolate_apps("ops")
+def test_named_is_for_a_concrete_model_whose_meta_declares_neither():
+    """It sets, not merges: a Meta's indexes would be lost, and an abstract model's children
+    or a proxy would not get them."""
+
+    class Base(models.Model):
+        job = models.CharField(max_length=10)
+
+        class Meta:
+            abstract = True
+            app_label = "ops"
+
+    index = models.Index(fields=["job"], name="ops_x_job")
+    for model in (Base, Job, JobRun):  # abstract, a proxy, Meta's (here named()'s) already
+        with pytest.raises(ValueError, match="concrete model without Meta's"):
+            named(indexes=[index])(model)
