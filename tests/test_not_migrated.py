@@ -10,6 +10,8 @@ said nothing of `migrate`. The check is a database check (Django's convention): 
 
 from pathlib import Path
 
+import django
+
 from .conftest import PING_KEY, ping_to
 
 MIGRATE = "(run `manage.py migrate`)"
@@ -180,7 +182,11 @@ def test_an_ordinary_check_and_run_job_make_no_query_for_the_migration_check(pro
         f"queries on {project.db.backend}: check {len(plain)}, run_job {len(run)}, "
         f"check --database {len(with_database)}"
     )
-    assert plain == []
+    # Django 6 gives a plain check the databases: a JSONField's check (django-tasks-db's model)
+    # asks SQLite whether it has JSON; cronops' own checks ask nothing
+    assert [q for q in plain if "JSON(" not in q and "BEGIN" not in q] == []
+    if django.VERSION < (6,):
+        assert plain == []
     assert run and not [q for q in run if "django_migrations" in q]
     assert [q for q in with_database if "django_migrations" in q]
     # And an ordinary check does not even connect: a database that is down is no error to it.
