@@ -79,8 +79,7 @@ def checking(commands: frozenset[str] = CHECKING) -> bool:
 def static_checks() -> bool:
     """Whether to run checks of cronops' own code that no setting, database or crontab.d can
     change (Django's checks of its ModelAdmins, their URLs and the database-free checks of its
-    models):
-    outside a management command only, where cronops' test suite asks for them
+    models): outside a management command only, where cronops' test suite asks for them
     (tests/test_checkgate.py); a project's commands, `check` included, would only pay for them."""
     # manage.py's command line answers without the stack (~30 k instructions a look, and each
     # of cronops' models, ModelAdmins and admin URLs asks)
