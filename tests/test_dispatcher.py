@@ -380,6 +380,30 @@ def test_a_run_job_forked_by_the_dispatcher_reuses_its_schedule_only_while_the_f
         before_fork._kept = saved
 
 
+@pytest.mark.process
+def test_the_dispatcher_takes_its_heaps_free_chunks_before_forking_and_a_cold_fire_does_not(
+    sqlite_project,
+):
+    """What a dispatched job's process inherits: the dispatcher's C heap with its free chunks
+    taken (ops/run/heap.py), so that its allocations land on pages of its own; a per-job
+    line's run_job takes none (it forks one child, after its own start-up)."""
+    project = sqlite_project
+    project.add_command(
+        "heaptaken",
+        'from ops.run import heap\nprint("taken", len(heap._taken), flush=True)',
+    )
+    use_only(project, "10-jobs.cron", "* * * * * --no-ping --name=heap heaptaken\n")
+    result = project.manage("run_due_jobs")
+    assert result.returncode == 0, result.stderr
+    runs = wait_until(finished(project, ["heap"]), "the dispatched job to finish", 60)
+    assert runs[0][3] == "succeeded", runs
+    log = (project.dir / "var" / "log" / "heap.log").read_text()
+    assert int(log.split("taken ")[1].split()[0]) > 0, log
+    cold = project.run_job("--force", "heap")  # its slot is done: run again, cold
+    assert cold.returncode == 0, cold.stderr
+    assert "taken 0" in cold.stdout, cold.stdout
+
+
 def test_the_dispatcher_compiles_the_queries_of_its_run_jobs_before_forking_without_running_one(
     db,
 ):
