@@ -10,60 +10,89 @@ one query cost a forked child ~1.5 MB that way; a dispatched no-op job ~2.2 MB (
 and its job's child; bench/RESULTS.md, the dispatcher section).
 
 Taken here, once, and never freed (a few hundred KiB of chunks on pages already resident and
-never written again), those holes are out of reach: a child's allocations come from the top of
-the heap, onto pages of its own, densely. Best effort: glibc's malloc_info tells the free
-chunks; elsewhere (musl, macOS), or on any error, nothing is taken.
+never written again), those holes are out of reach: the main thread's allocations in a child
+come from the top of the heap, onto pages of its own, densely. Best effort, never an error:
+glibc's malloc_info tells the free chunks; elsewhere (musl, macOS, an allocator preloaded in
+glibc's place) nothing is taken, and a failure part-way keeps what was taken until then.
 """
 
+import contextlib
+import os
 import re
 import sys
 
 TCACHE_SIZES = range(24, 1040, 16)  # glibc's per-thread cache: 64 sizes of request...
-TCACHE_COUNT = 7  # ...of at most 7 chunks each, which malloc_info does not list
+TCACHE_COUNT = 7  # ...of 7 chunks each by default, which malloc_info does not list
 MAX_CHUNKS = 50_000  # bounds the work on a heap that is one huge sieve
-_BIN = re.compile(r'<(?:size|unsorted) from="\d+" to="\d+" total="(\d+)" count="(\d+)"/>')
+_BIN = re.compile(r'<(?:size|unsorted) from="(\d+)" to="\d+" total="\d+" count="(\d+)"/>')
+_SYSTEM = re.compile(r'<system type="current" size="(\d+)"/>')
 
 _taken: list[int] = []  # the chunks' addresses: held for the life of the process
 
 
 def take_free_chunks(libc=None, passes: int = 2) -> int:
-    """Allocate (and keep) the main heap's free chunks; returns how many were taken, 0 where
-    malloc_info is unknown. `passes`: a large free chunk is split by what takes part of it,
-    its remainder listed again."""
+    """Allocate (and keep) the main heap's free chunks; returns how many were taken. `passes`:
+    a free chunk larger than its bin's smallest is split by what takes it, its remainder
+    listed again."""
     libc = libc if libc is not None else _glibc()
+    before = len(_taken)
     if libc is None:
         return 0
-    try:
-        before = len(_taken)
-        for size in TCACHE_SIZES:
-            _taken.extend(libc.malloc(size) for _ in range(TCACHE_COUNT))
+    with contextlib.suppress(Exception):  # a saving, never a reason for a job not to start
+        if not _glibc_heap(libc):
+            return 0
+        cached = tcache_count()
+        _take(libc, [size + 8 for size in TCACHE_SIZES], cached)
         for _ in range(passes):
             for chunk, count in free_chunks(libc):
-                count = min(count, MAX_CHUNKS - (len(_taken) - before))
-                _taken.extend(libc.malloc(chunk - 8) for _ in range(count))  # 8: its header
-        return len(_taken) - before
-    except (AttributeError, OSError, ValueError):
-        return 0
+                _take(libc, [chunk], min(count, MAX_CHUNKS - (len(_taken) - before)))
+        # Taking a bin's chunk moves the rest of its bin into the per-thread cache: empty it again.
+        _take(libc, [size + 8 for size in TCACHE_SIZES], cached)
+    return len(_taken) - before
+
+
+def _take(libc, chunks: list[int], count: int) -> None:
+    for chunk in chunks:
+        for _ in range(count):
+            address = libc.malloc(chunk - 8)  # 8: the chunk's header
+            if not address:  # out of memory: what is taken stays taken
+                raise MemoryError
+            _taken.append(address)
 
 
 def free_chunks(libc=None) -> list[tuple[int, int]]:
     """(chunk size, count) for each bin of the main heap that holds free chunks, as glibc's
-    malloc_info() reports them (a bin of several sizes: their mean)."""
+    malloc_info() reports them; a bin of several sizes by its smallest, so that taking `count`
+    of that size never asks for more than the bin holds."""
     libc = libc if libc is not None else _glibc()
     if libc is None:
         return []
-    main = _malloc_info(libc).split('<heap nr="0">', 1)[-1].split("</heap>", 1)[0]
     found = []
-    for total, count in _BIN.findall(main):
+    for smallest, count in _BIN.findall(_main_heap(libc)):
         if int(count):
-            chunk = max(32, int(total) // int(count)) & ~15  # glibc's 16-byte alignment
-            found.append((chunk, int(count)))
+            found.append((max(32, int(smallest) & ~15), int(count)))  # its low bit: a flag
     return found
 
 
 def free_bytes(libc=None) -> int:
-    """The bytes of the main heap's free chunks (the per-thread cache's aside)."""
+    """The bytes of the main heap's free chunks (the per-thread cache's aside), at least."""
     return sum(chunk * count for chunk, count in free_chunks(libc))
+
+
+def tcache_count() -> int:
+    """The per-thread cache's chunks of each size: glibc's default, or its tunable."""
+    tuned = re.search(r"glibc\.malloc\.tcache_count=(\d+)", os.environ.get("GLIBC_TUNABLES", ""))
+    return min(int(tuned.group(1)), 127) if tuned else TCACHE_COUNT
+
+
+def _glibc_heap(libc) -> bool:
+    """Whether glibc's malloc serves this process (its main heap holds anything at all)."""
+    system = _SYSTEM.search(_main_heap(libc))
+    return bool(system and int(system.group(1)))
+
+
+def _main_heap(libc) -> str:
+    return _malloc_info(libc).split('<heap nr="0">', 1)[-1].split("</heap>", 1)[0]
 
 
 def _malloc_info(libc) -> str:
