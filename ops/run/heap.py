@@ -9,55 +9,62 @@ allocation in such a hole costs the child a whole 4 KiB copy. A raw SQLite conne
 one query cost a forked child ~1.5 MB that way; a dispatched no-op job ~2.2 MB (its run_job
 and its job's child; bench/RESULTS.md, the dispatcher section).
 
-Taken here, once, and never freed (a few hundred KiB of chunks on pages already resident and
-never written again), those holes are out of reach: the main thread's allocations in a child
-come from the top of the heap, onto pages of its own, densely. Best effort, never an error:
-glibc's malloc_info tells the free chunks; elsewhere (musl, macOS, an allocator preloaded in
-glibc's place) nothing is taken, and a failure part-way keeps what was taken until then.
+Taken here, once, by the main thread, and never freed (a few hundred KiB of chunks on pages
+already resident and never written again), those holes are out of reach: the main thread's
+allocations in a child come from the top of the heap, onto pages of its own, densely. The
+take asks malloc for no more than the free chunks it lists, and one chunk a size of the top.
+Best effort, never an error: glibc's malloc_info tells the free chunks; elsewhere (musl,
+macOS, an allocator preloaded in glibc's place, a thread's own arena) nothing is taken, and a
+failure part-way keeps what was taken until then.
 """
 
 import contextlib
-import os
 import re
 import sys
+import threading
 
-TCACHE_SIZES = range(24, 1040, 16)  # glibc's per-thread cache: 64 sizes of request...
-TCACHE_COUNT = 7  # ...of 7 chunks each by default, which malloc_info does not list
-MAX_CHUNKS = 50_000  # bounds the work on a heap that is one huge sieve
-_BIN = re.compile(r'<(?:size|unsorted) from="(\d+)" to="\d+" total="\d+" count="(\d+)"/>')
+CACHED_SIZES = range(24, 1040, 16)  # the requests glibc's per-thread cache keeps, unlisted
+MAX_CHUNKS = 50_000  # bounds the work on a heap that is one huge sieve...
+MAX_CACHED = 65_535  # ...and on one size of the per-thread cache (7 by default, tunable to this)
+_BIN = re.compile(r'<(?:size|unsorted) from="(\d+)" to="(\d+)" total="(\d+)" count="(\d+)"/>')
 _SYSTEM = re.compile(r'<system type="current" size="(\d+)"/>')
 
-_taken: list[int] = []  # the chunks' addresses: held for the life of the process
+held = 0  # chunks taken: held for the life of the process (their addresses are not kept)
 
 
 def take_free_chunks(libc=None, passes: int = 2) -> int:
     """Allocate (and keep) the main heap's free chunks; returns how many were taken. `passes`:
     a free chunk larger than its bin's smallest is split by what takes it, its remainder
     listed again."""
-    libc = libc if libc is not None else _glibc()
-    before = len(_taken)
-    if libc is None:
-        return 0
+    global held
+    before = held
+    if threading.current_thread() is not threading.main_thread():
+        return 0  # a thread allocates from an arena of its own
     with contextlib.suppress(Exception):  # a saving, never a reason for a job not to start
-        if not _glibc_heap(libc):
+        libc = libc if libc is not None else _glibc()
+        if libc is None or not _glibc_heap(libc):
             return 0
-        cached = tcache_count()
-        _take(libc, [size + 8 for size in TCACHE_SIZES], cached)
         for _ in range(passes):
             for chunk, count in free_chunks(libc):
-                _take(libc, [chunk], min(count, MAX_CHUNKS - (len(_taken) - before)))
-        # Taking a bin's chunk moves the rest of its bin into the per-thread cache: empty it again.
-        _take(libc, [size + 8 for size in TCACHE_SIZES], cached)
-    return len(_taken) - before
+                _take(libc, chunk, min(count, MAX_CHUNKS - (held - before)))
+        # The per-thread cache (and what taking a bin's chunk moved into it from the rest of its
+        # bin): each size until malloc answers from the top of the heap.
+        top = _top_start(libc)
+        for size in CACHED_SIZES:
+            _take(libc, size + 8, min(MAX_CACHED, MAX_CHUNKS - (held - before)), top=top)
+    return held - before
 
 
-def _take(libc, chunks: list[int], count: int) -> None:
-    for chunk in chunks:
-        for _ in range(count):
-            address = libc.malloc(chunk - 8)  # 8: the chunk's header
-            if not address:  # out of memory: what is taken stays taken
-                raise MemoryError
-            _taken.append(address)
+def _take(libc, chunk: int, count: int, top: int | None = None) -> None:
+    """Up to `count` chunks of `chunk` bytes; with `top`, up to the first from the top."""
+    global held
+    for _ in range(count):
+        address = libc.malloc(chunk - 8)  # 8: the chunk's header
+        if not address:  # out of memory: what is taken stays taken
+            raise MemoryError
+        held += 1
+        if top is not None and address >= top:
+            return
 
 
 def free_chunks(libc=None) -> list[tuple[int, int]]:
@@ -68,21 +75,17 @@ def free_chunks(libc=None) -> list[tuple[int, int]]:
     if libc is None:
         return []
     found = []
-    for smallest, count in _BIN.findall(_main_heap(libc)):
+    for smallest, largest, total, count in _BIN.findall(_main_heap(libc)):
         if int(count):
-            found.append((max(32, int(smallest) & ~15), int(count)))  # its low bit: a flag
+            # A fast bin's `from` is its size - 15, a bin's its smallest with the low bit set.
+            same = int(total) == int(largest) * int(count)
+            found.append((max(32, int(largest if same else smallest) & ~15), int(count)))
     return found
 
 
 def free_bytes(libc=None) -> int:
     """The bytes of the main heap's free chunks (the per-thread cache's aside), at least."""
     return sum(chunk * count for chunk, count in free_chunks(libc))
-
-
-def tcache_count() -> int:
-    """The per-thread cache's chunks of each size: glibc's default, or its tunable."""
-    tuned = re.search(r"glibc\.malloc\.tcache_count=(\d+)", os.environ.get("GLIBC_TUNABLES", ""))
-    return min(int(tuned.group(1)), 127) if tuned else TCACHE_COUNT
 
 
 def _glibc_heap(libc) -> bool:
@@ -93,6 +96,12 @@ def _glibc_heap(libc) -> bool:
 
 def _main_heap(libc) -> str:
     return _malloc_info(libc).split('<heap nr="0">', 1)[-1].split("</heap>", 1)[0]
+
+
+def _top_start(libc) -> int:
+    """Where the main heap's top chunk (its never used rest, up to the program break) begins:
+    a chunk at or above it came from the top, not from a hole."""
+    return libc.sbrk(0) - libc.mallinfo2().keepcost
 
 
 def _malloc_info(libc) -> str:
@@ -115,10 +124,18 @@ def _malloc_info(libc) -> str:
 
 
 def _glibc():
-    """libc's functions this module calls, typed; None where malloc_info is missing."""
+    """libc's functions this module calls, typed; None where one is missing (mallinfo2 and
+    malloc_info: glibc 2.33 and later)."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks "
+            "keepcost".split()
+        ]
 
     try:
         libc = ctypes.CDLL(None)
@@ -129,6 +146,8 @@ def _glibc():
             ("open_memstream", pointer, [pointer, pointer]),
             ("malloc_info", ctypes.c_int, [ctypes.c_int, pointer]),
             ("fclose", ctypes.c_int, [pointer]),
+            ("mallinfo2", Mallinfo2, []),
+            ("sbrk", pointer, [ctypes.c_ssize_t]),
         ):
             function = getattr(libc, name)
             function.restype, function.argtypes = restype, argtypes
