@@ -42,10 +42,11 @@ def take_free_chunks(libc=None, passes: int = 2) -> int:
         return 0  # a thread allocates from an arena of its own
     with contextlib.suppress(Exception):  # a saving, never a reason for a job not to start
         libc = libc if libc is not None else _glibc()
-        if libc is None or not _glibc_heap(libc):
+        listing = _main_heap(libc) if libc is not None else ""
+        if not _glibc_heap(listing):
             return 0
-        for _ in range(passes):
-            for chunk, count in free_chunks(libc):
+        for done in range(passes):
+            for chunk, count in _bins(listing if done == 0 else _main_heap(libc)):
                 _take(libc, chunk, min(count, MAX_CHUNKS - (held - before)))
         # The per-thread cache (and what taking a bin's chunk moved into it from the rest of its
         # bin): each size until malloc answers from the top of the heap.
@@ -72,10 +73,12 @@ def free_chunks(libc=None) -> list[tuple[int, int]]:
     malloc_info() reports them; a bin of several sizes by its smallest, so that taking `count`
     of that size never asks for more than the bin holds."""
     libc = libc if libc is not None else _glibc()
-    if libc is None:
-        return []
+    return _bins(_main_heap(libc)) if libc is not None else []
+
+
+def _bins(main_heap: str) -> list[tuple[int, int]]:
     found = []
-    for smallest, largest, total, count in _BIN.findall(_main_heap(libc)):
+    for smallest, largest, total, count in _BIN.findall(main_heap):
         if int(count):
             # A fast bin's `from` is its size - 15, a bin's its smallest with the low bit set.
             same = int(total) == int(largest) * int(count)
@@ -88,9 +91,9 @@ def free_bytes(libc=None) -> int:
     return sum(chunk * count for chunk, count in free_chunks(libc))
 
 
-def _glibc_heap(libc) -> bool:
+def _glibc_heap(main_heap: str) -> bool:
     """Whether glibc's malloc serves this process (its main heap holds anything at all)."""
-    system = _SYSTEM.search(_main_heap(libc))
+    system = _SYSTEM.search(main_heap)
     return bool(system and int(system.group(1)))
 
 
